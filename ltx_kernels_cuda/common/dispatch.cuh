@@ -1,0 +1,88 @@
+// Host-side helpers for the launchers: dtype dispatch, vector-width choice,
+// device guard + current stream.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/ScalarType.h>
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <c10/util/Exception.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <initializer_list>
+
+#include "vec.cuh"
+
+namespace ltx::cuda {
+
+template <typename T>
+struct TypeTag {
+  using type = T;
+};
+
+// Calls f(TypeTag<T>{}) with the CUDA storage type of a float dtype.
+template <typename F>
+void dispatch_float(at::ScalarType t, F&& f) {
+  switch (t) {
+    case at::kFloat: return f(TypeTag<float>{});
+    case at::kHalf: return f(TypeTag<__half>{});
+    case at::kBFloat16: return f(TypeTag<__nv_bfloat16>{});
+    default: TORCH_CHECK(false, "ltx_kernels: unsupported dtype ", t);
+  }
+}
+
+inline Round round_kind(at::ScalarType t) {
+  switch (t) {
+    case at::kHalf: return Round::kHalf;
+    case at::kBFloat16: return Round::kBFloat16;
+    default: return Round::kNone;
+  }
+}
+
+// One operand of a vectorised access: base pointer, element size, and the
+// element distance between consecutive rows (0 for a single row / broadcast).
+struct Access {
+  const void* ptr;
+  int64_t elem_bytes;
+  int64_t row_stride;
+};
+
+// The widest N in {8, 4, 2, 1} elements such that an N-element access is at
+// most 16 bytes for every operand, every row starts N-aligned, and cols % N == 0.
+inline int pick_vec_width(int64_t cols, std::initializer_list<Access> operands) {
+  for (int n : {8, 4, 2}) {
+    bool ok = cols % n == 0;
+    for (const Access& a : operands) {
+      const int64_t bytes = a.elem_bytes * n;
+      ok = ok && bytes <= 16 && reinterpret_cast<uintptr_t>(a.ptr) % bytes == 0 &&
+           a.row_stride % n == 0;
+    }
+    if (ok) return n;
+  }
+  return 1;
+}
+
+// Calls f(std::integral_constant<int, N>{}) for a runtime vector width.
+template <typename F>
+void dispatch_vec(int n, F&& f) {
+  switch (n) {
+    case 8: return f(std::integral_constant<int, 8>{});
+    case 4: return f(std::integral_constant<int, 4>{});
+    case 2: return f(std::integral_constant<int, 2>{});
+    default: return f(std::integral_constant<int, 1>{});
+  }
+}
+
+inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+inline int pow2_ceil(int64_t v) {
+  int p = 1;
+  while (p < v) p <<= 1;
+  return p;
+}
+
+}  // namespace ltx::cuda

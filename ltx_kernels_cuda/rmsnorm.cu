@@ -1,0 +1,189 @@
+// RMSNorm forward on CUDA.
+//
+// One group of `tpr` threads per row (tpr = 1..1024, a power of two; several
+// rows per block when tpr < block size). Each thread keeps up to kCached
+// vectors of its row in registers, so x is read from memory once; rows longer
+// than tpr * kCached vectors re-read the remainder in the second pass. Sum of
+// squares in fp32, rounding points given by `mid` (see torch_binding.h).
+#include <type_traits>
+
+#include "../torch-ext/torch_binding.h"
+#include "common/dispatch.cuh"
+#include "common/reduce.cuh"
+#include "common/vec.cuh"
+
+namespace ltx::cuda {
+namespace {
+
+constexpr int kCached = 4;            // vectors per thread held in registers
+constexpr int kTargetPerThread = 4;   // vectors per thread the launch aims for
+constexpr int kBlock = 256;           // threads per block when rows are short
+
+struct RmsNormParams {
+  const void* x;
+  const void* w;  // nullptr: no weight
+  void* out;
+  int64_t rows;
+  int64_t x_stride;    // elements between rows
+  int64_t out_stride;  // elements between rows
+  int cols;
+  int tpr;  // threads per row
+  float eps;
+  Round mid;
+};
+
+template <typename Tx, typename Tw, typename To, int N>
+__global__ void rms_norm_kernel(RmsNormParams p) {
+  __shared__ float scratch[kMaxWarpsPerBlock];
+  using VX = Vec<Tx, N>;
+  using VW = Vec<Tw, N>;
+  using VO = Vec<To, N>;
+  const Tx* x = static_cast<const Tx*>(p.x);
+  const Tw* w = static_cast<const Tw*>(p.w);
+  To* out = static_cast<To*>(p.out);
+
+  const int nvec = p.cols / N;
+  const int lane = threadIdx.x % p.tpr;
+  const int groups = blockDim.x / p.tpr;
+  const float inv_cols = 1.0f / static_cast<float>(p.cols);
+
+  // Every thread runs the same number of iterations: row_sum needs all of them.
+  for (int64_t base = static_cast<int64_t>(blockIdx.x) * groups; base < p.rows;
+       base += static_cast<int64_t>(gridDim.x) * groups) {
+    const int64_t row = base + threadIdx.x / p.tpr;
+    const bool active = row < p.rows;
+    const Tx* xr = x + (active ? row : 0) * p.x_stride;
+    To* orow = out + (active ? row : 0) * p.out_stride;
+
+    VX cache[kCached];
+    float ss = 0.f;
+#pragma unroll
+    for (int i = 0; i < kCached; ++i) {
+      const int j = lane + i * p.tpr;
+      if (active && j < nvec) cache[i] = VX::load(xr + j * N);
+    }
+#pragma unroll
+    for (int i = 0; i < kCached; ++i) {
+      const int j = lane + i * p.tpr;
+      if (active && j < nvec) {
+#pragma unroll
+        for (int k = 0; k < N; ++k) {
+          const float f = to_float(cache[i].v[k]);
+          ss += f * f;
+        }
+      }
+    }
+    for (int j = lane + kCached * p.tpr; active && j < nvec; j += p.tpr) {
+      const VX v = VX::load(xr + j * N);
+#pragma unroll
+      for (int k = 0; k < N; ++k) {
+        const float f = to_float(v.v[k]);
+        ss += f * f;
+      }
+    }
+
+    ss = row_sum(ss, p.tpr, scratch);
+    const float inv = rsqrtf(ss * inv_cols + p.eps);
+
+    auto finish = [&](const VX& v, int j) {
+      VO o;
+      if (w != nullptr) {
+        const VW wv = VW::load(w + j * N);
+#pragma unroll
+        for (int k = 0; k < N; ++k) {
+          o.v[k] = from_float<To>(round_through(to_float(v.v[k]) * inv, p.mid) * to_float(wv.v[k]));
+        }
+      } else {
+#pragma unroll
+        for (int k = 0; k < N; ++k) o.v[k] = from_float<To>(round_through(to_float(v.v[k]) * inv, p.mid));
+      }
+      o.store(orow + j * N);
+    };
+#pragma unroll
+    for (int i = 0; i < kCached; ++i) {
+      const int j = lane + i * p.tpr;
+      if (active && j < nvec) finish(cache[i], j);
+    }
+    for (int j = lane + kCached * p.tpr; active && j < nvec; j += p.tpr) {
+      finish(VX::load(xr + j * N), j);
+    }
+  }
+}
+
+// Valid (x, weight, out) dtype triples: out is x's, weight's, or fp32.
+template <typename Tx, typename Tw, typename To>
+constexpr bool kValidTriple =
+    std::is_same_v<To, Tx> || std::is_same_v<To, Tw> || std::is_same_v<To, float>;
+
+int sm_count(int device) {
+  static int counts[64] = {};
+  if (device < 0 || device >= 64) return 132;
+  if (counts[device] == 0) {
+    C10_CUDA_CHECK(cudaDeviceGetAttribute(&counts[device], cudaDevAttrMultiProcessorCount, device));
+  }
+  return counts[device];
+}
+
+}  // namespace
+}  // namespace ltx::cuda
+
+namespace ltx {
+
+void rms_norm_launch(const at::Tensor& out2d, const at::Tensor& x2d,
+                     const std::optional<at::Tensor>& weight, double eps,
+                     at::ScalarType mid_dtype) {
+  using namespace ltx::cuda;
+  const c10::cuda::CUDAGuard guard(x2d.device());
+  cudaStream_t stream = c10::cuda::getCurrentCUDAStream(x2d.device().index()).stream();
+
+  RmsNormParams p{};
+  p.x = x2d.const_data_ptr();
+  p.w = weight ? weight->const_data_ptr() : nullptr;
+  p.out = out2d.mutable_data_ptr();
+  p.rows = x2d.size(0);
+  p.x_stride = x2d.size(0) > 1 ? x2d.stride(0) : 0;
+  p.out_stride = out2d.size(0) > 1 ? out2d.stride(0) : 0;
+  TORCH_CHECK(x2d.size(1) <= INT32_MAX, "ltx_kernels.rms_norm: last dim too large");
+  p.cols = static_cast<int>(x2d.size(1));
+  p.eps = static_cast<float>(eps);
+  p.mid = round_kind(mid_dtype);
+
+  const at::ScalarType w_dtype = weight ? weight->scalar_type() : x2d.scalar_type();
+  const int vec = pick_vec_width(
+      p.cols, {{p.x, x2d.element_size(), p.x_stride},
+               {p.out, out2d.element_size(), p.out_stride},
+               {p.w ? p.w : p.x, weight ? weight->element_size() : x2d.element_size(), 0}});
+  const int64_t nvec = p.cols / vec;
+  p.tpr = std::min(1024, pow2_ceil(ceil_div(nvec, kTargetPerThread)));
+  const int block = std::max(p.tpr, kBlock);
+  const int64_t groups = block / p.tpr;
+  // A grid-stride loop covers rows beyond the grid; 64 waves is plenty to balance.
+  const int64_t max_blocks = static_cast<int64_t>(sm_count(x2d.device().index())) * 64;
+  const unsigned grid = static_cast<unsigned>(std::min(ceil_div(p.rows, groups), max_blocks));
+
+  dispatch_float(x2d.scalar_type(), [&](auto xt) {
+    using Tx = typename decltype(xt)::type;
+    dispatch_float(w_dtype, [&](auto wt) {
+      using Tw = typename decltype(wt)::type;
+      dispatch_float(out2d.scalar_type(), [&](auto ot) {
+        using To = typename decltype(ot)::type;
+        if constexpr (kValidTriple<Tx, Tw, To>) {
+          dispatch_vec(vec, [&](auto n) {
+            constexpr int N = decltype(n)::value;
+            constexpr size_t widest = std::max({sizeof(Tx), sizeof(Tw), sizeof(To)});
+            if constexpr (N * widest <= 16) {
+              rms_norm_kernel<Tx, Tw, To, N><<<grid, block, 0, stream>>>(p);
+              C10_CUDA_KERNEL_LAUNCH_CHECK();
+            } else {
+              TORCH_CHECK(false, "ltx_kernels.rms_norm: internal error: vector width ", N);
+            }
+          });
+        } else {
+          TORCH_CHECK(false, "ltx_kernels.rms_norm: unsupported dtype combination");
+        }
+      });
+    });
+  });
+}
+
+}  // namespace ltx

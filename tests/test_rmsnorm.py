@@ -1,0 +1,371 @@
+"""rmsnorm against float64 and against the real modules it replaces."""
+
+import pytest
+import torch
+
+from .util import (
+    DEVICES,
+    DTYPES,
+    HAS_GPU,
+    assert_near_exact,
+    assert_ulp,
+    kernel,
+    misaligned,
+    requires_gpu,
+    unit_roundoff,
+)
+
+pytestmark = pytest.mark.kernels_ci
+
+DIMS = [1, 7, 64, 127, 768, 769, 2048, 3072, 4096, 8193, 16384]
+W_DTYPES = [None] + DTYPES
+
+
+def ref64(x, w, eps):
+    x64 = x.double()
+    y = x64 * torch.rsqrt(x64.pow(2).mean(-1, keepdim=True) + eps)
+    return y if w is None else y * w.double()
+
+
+def rel_bound(x_dtype, w_dtype, semantics):
+    """Worst relative error of the module's own rounding sequence, plus fp32 slack."""
+    out = kernel.rms_norm_out_dtype(x_dtype, w_dtype, semantics)
+    mid = {"diffusers": w_dtype, "torch": None, "llama": x_dtype}[semantics] if w_dtype else None
+    u = unit_roundoff(out) + (unit_roundoff(mid) if mid is not None else 0.0)
+    return 2 * u + 1e-5  # fp32 reduction over up to 16K elements
+
+
+def make_weight(d, dtype, device):
+    return None if dtype is None else (1 + 0.5 * torch.randn(d, device=device)).to(dtype)
+
+
+# ---- float64 reference, all dtype pairs, all three rounding semantics -----------
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("d", DIMS)
+@pytest.mark.parametrize("x_dtype", DTYPES)
+@pytest.mark.parametrize("w_dtype", W_DTYPES)
+@pytest.mark.parametrize("semantics", ["diffusers", "torch", "llama"])
+def test_matches_float64(device, d, x_dtype, w_dtype, semantics):
+    x = torch.randn(3, 5, d, device=device).to(x_dtype)
+    w = make_weight(d, w_dtype, device)
+    out = kernel.rmsnorm(x, w, 1e-6, semantics=semantics)
+    assert out.dtype == kernel.rms_norm_out_dtype(x_dtype, w_dtype, semantics)
+    mid = mid_dtype(x_dtype, w_dtype, semantics)
+    bound = rel_bound(x_dtype, w_dtype, semantics)
+    assert_near_exact(out, ref64(x, w, 1e-6), bound, f"D={d}", atol_dtype=mid, atol_scale=2.0)
+
+
+# ---- the real modules: exact or within one ulp -----------------------------------
+
+
+def diffusers_rmsnorm(d, eps, w):
+    from diffusers.models.normalization import RMSNorm
+
+    m = RMSNorm(d, eps=eps, elementwise_affine=w is not None)
+    if w is not None:
+        m.weight = torch.nn.Parameter(w.clone(), requires_grad=False)
+    return m.to(w.device) if w is not None else m
+
+
+def torch_rmsnorm(d, eps, w):
+    m = torch.nn.RMSNorm(d, eps=eps, elementwise_affine=w is not None)
+    if w is not None:
+        m.weight = torch.nn.Parameter(w.clone(), requires_grad=False)
+    return m
+
+
+def llama_rmsnorm(d, eps, w):
+    from transformers.models.llama.modeling_llama import LlamaRMSNorm
+
+    m = LlamaRMSNorm(d, eps=eps)
+    m.weight = torch.nn.Parameter(w.clone(), requires_grad=False)
+    return m
+
+
+def round_once(x, w, eps, out_dtype):
+    """torch.compile's regime: fp32 throughout, one rounding."""
+    y = x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + eps)
+    return (y if w is None else y * w.float()).to(out_dtype)
+
+
+MODULES = {
+    "diffusers": (diffusers_rmsnorm, W_DTYPES),
+    "torch": (torch_rmsnorm, W_DTYPES),
+    "llama": (llama_rmsnorm, DTYPES),
+}
+MODULE_CASES = [(s, w) for s, (_, ws) in MODULES.items() for w in ws]
+
+
+def mid_dtype(x_dtype, w_dtype, semantics):
+    """The dtype the module rounds the normalised value to before the weight multiply."""
+    if w_dtype is None or semantics == "torch":
+        return None
+    mid = w_dtype if semantics == "diffusers" else x_dtype
+    return None if mid == torch.float32 else mid
+
+
+def assert_matches_module(out, expected, mid, what):
+    """Equal to the module up to the fp32 reduction order.
+
+    Our fp32 sum of squares adds in another order than PyTorch's, so rsqrt can differ
+    in its last bit. That flips a rare rounding: by one ulp of the output, or, where the
+    module rounds twice (mid dtype), one ulp of the intermediate, which the weight
+    multiply turns into at most two ulps of the output.
+    """
+    assert out.dtype == expected.dtype and out.shape == expected.shape, what
+    if out.numel() == 0:
+        return
+    if out.dtype == torch.float32:
+        rel = 1e-5 + (4 * unit_roundoff(mid) if mid is not None else 0.0)
+        assert_near_exact(out, expected.double(), rel, what, atol_dtype=mid)
+        return
+    differ = float((out != expected).float().mean())
+    assert differ <= 0.02, f"{what}: {differ:.2e} of elements differ"
+    if mid is None:
+        assert_ulp(out, expected, max_ulp=1, what=what)
+    else:
+        assert_ulp(out, expected, max_ulp=2, what=what)
+        assert_ulp(out, expected, max_ulp=1, max_mismatch_frac=1.0, what=what, ignore_frac=1e-3)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("d", [64, 769, 2048, 4096])
+@pytest.mark.parametrize("x_dtype", DTYPES)
+@pytest.mark.parametrize("semantics,w_dtype", MODULE_CASES)
+def test_matches_module(device, d, x_dtype, semantics, w_dtype):
+    eps = 1e-5
+    x = torch.randn(4, 33, d, device=device).to(x_dtype)
+    w = make_weight(d, w_dtype, device)
+    module = MODULES[semantics][0](d, eps, w)
+    with torch.no_grad():
+        expected = module(x)
+    out = kernel.rmsnorm(x, w, eps, semantics=semantics)
+    mid = mid_dtype(x_dtype, w_dtype, semantics)
+    assert_matches_module(out, expected, mid, f"vs {semantics} module")
+    # ... and close to the round-once regime torch.compile produces: one ulp of the
+    # output, or (fp32 output after a half-precision intermediate) of the intermediate.
+    once = round_once(x, w, eps, out.dtype)
+    if out.dtype == torch.float32:
+        rel = 1e-5 + (2 * unit_roundoff(mid) if mid is not None else 0.0)
+        assert_near_exact(out, once.double(), rel, "vs round-once", atol_dtype=mid)
+    else:
+        assert_ulp(out, once, max_ulp=1, what="vs round-once")
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_torch_eps_none_is_float32_epsilon(device):
+    x = torch.randn(8, 256, device=device, dtype=torch.bfloat16) * 1e-4
+    w = make_weight(256, torch.bfloat16, device)
+    m = torch_rmsnorm(256, None, w)
+    with torch.no_grad():
+        expected = m(x)
+    assert_matches_module(kernel.rmsnorm(x, w, None, semantics="torch"), expected, None, "eps=None")
+
+
+def test_seed_era_call_keeps_working():
+    device = "cuda" if HAS_GPU else "cpu"
+    x = torch.randn(2, 16, 64, device=device, dtype=torch.bfloat16)
+    w = make_weight(64, torch.bfloat16, device)
+    a = kernel.rmsnorm(x, w, eps=1e-6)
+    b = kernel.rmsnorm(x, w, 1e-6)
+    c = kernel.rmsnorm(x, weight=w)
+    assert torch.equal(a, b) and torch.equal(a, c)
+
+
+# ---- shapes ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize(
+    "shape", [(0, 64), (0, 0), (2, 0, 64), (1, 64), (64,), (2, 3, 4, 5, 96), (3, 2, 5, 128)]
+)
+def test_shapes(device, shape):
+    x = torch.randn(shape, device=device, dtype=torch.bfloat16)
+    w = make_weight(shape[-1], torch.bfloat16, device)
+    out = kernel.rmsnorm(x, w)
+    assert out.shape == x.shape and out.dtype == torch.bfloat16
+    assert_matches_module(out, diffusers_rmsnorm(shape[-1], 1e-6, w)(x), torch.bfloat16, str(shape))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("d", [65536, 65537, 100000])
+def test_long_rows(device, d):
+    x = torch.randn(3, d, device=device, dtype=torch.bfloat16)
+    out = kernel.rmsnorm(x)
+    assert_near_exact(out, ref64(x, None, 1e-6), rel_bound(torch.bfloat16, None, "diffusers"))
+
+
+@requires_gpu
+def test_many_rows_grid_stride():
+    x = torch.randn(1_200_000, 64, device="cuda", dtype=torch.bfloat16)
+    w = make_weight(64, torch.bfloat16, "cuda")
+    out = kernel.rmsnorm(x, w, semantics="torch")
+    assert_ulp(out, round_once(x, w, 1e-6, torch.bfloat16), 1, 0.001)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("scale", [1e3, 3e4])
+def test_fp16_large_values_do_not_overflow(device, scale):
+    x = (torch.randn(4, 4096, device=device) * scale).clamp(-65504, 65504).half()
+    w = make_weight(4096, torch.float16, device)
+    out = kernel.rmsnorm(x, w)
+    assert out.isfinite().all()
+    assert_near_exact(out, ref64(x, w, 1e-6), rel_bound(torch.float16, torch.float16, "diffusers"))
+
+
+# ---- layouts --------------------------------------------------------------------
+
+
+def check_layout(x, w, device):
+    out = kernel.rmsnorm(x, w, 1e-6)
+    expected = kernel.rmsnorm(x.contiguous(), w, 1e-6)
+    assert out.is_contiguous()
+    assert torch.equal(out, expected)
+    with torch.no_grad():
+        expected_module = diffusers_rmsnorm(x.shape[-1], 1e-6, w)(x)
+    assert_matches_module(out, expected_module, mid_dtype(x.dtype, w.dtype, "diffusers"), "layout")
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("lead", [(6,), (2, 5), (2, 3, 4)])
+def test_strided_rows_of_fused_qkv(device, lead):
+    d = 2048
+    qkv = torch.randn(*lead, 3 * d, device=device, dtype=torch.bfloat16)
+    w = make_weight(d, torch.bfloat16, device)
+    for part in qkv.split(d, dim=-1):
+        check_layout(part, w, device)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_transposed_and_expanded(device):
+    x = torch.randn(7, 3, 768, device=device, dtype=torch.bfloat16)
+    w = make_weight(768, torch.bfloat16, device)
+    check_layout(x.transpose(0, 1), w, device)  # not collapsible: copied
+    check_layout(x[:1].expand(4, 3, 768), w, device)  # stride-0 rows
+    check_layout(x[:, :, ::2], make_weight(384, torch.bfloat16, device), device)  # strided last dim
+    heads = torch.randn(2, 9, 4, 64, device=device, dtype=torch.float16).transpose(1, 2)
+    check_layout(heads, make_weight(64, torch.float16, device), device)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("offset", range(1, 8))
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_misaligned_storage_offsets(device, offset, dtype):
+    x = misaligned((5, 2048), dtype, device, offset)
+    w_full = misaligned((2048,), dtype, device, (offset * 3) % 8)
+    check_layout(x, w_full, device)
+    out = misaligned((5, 2048), dtype, device, (offset + 1) % 8).fill_(float("nan"))
+    kernel.rmsnorm(x, w_full, out=out)
+    assert torch.equal(out, kernel.rmsnorm(x.contiguous(), w_full.contiguous()))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("x_dtype", DTYPES)
+@pytest.mark.parametrize("w_dtype", W_DTYPES)
+def test_out_variant_writes_every_element(device, x_dtype, w_dtype):
+    x = torch.randn(3, 17, 1536, device=device).to(x_dtype)
+    w = make_weight(1536, w_dtype, device)
+    expected = kernel.rmsnorm(x, w)
+    out = torch.full_like(expected, float("nan"))
+    assert kernel.rmsnorm(x, w, out=out) is out
+    assert torch.equal(out, expected)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_in_place(device):
+    x = torch.randn(9, 4096, device=device, dtype=torch.bfloat16)
+    expected = kernel.rmsnorm(x)
+    kernel.rmsnorm(x, out=x)
+    assert torch.equal(x, expected)
+
+
+# ---- bad input -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_bad_inputs_raise_naming_the_argument(device):
+    x = torch.randn(4, 64, device=device, dtype=torch.bfloat16)
+    w = make_weight(64, torch.bfloat16, device)
+    cases = [
+        (lambda: kernel.rmsnorm(x, make_weight(32, torch.bfloat16, device)), "weight must have shape \\[64\\]"),
+        (lambda: kernel.rmsnorm(x, w.view(8, 8)), "weight must have shape"),
+        (lambda: kernel.rmsnorm(x.double(), None), "x must be float32, float16 or bfloat16"),
+        (lambda: kernel.rmsnorm(x.to(torch.int32), None), "x must be float32"),
+        (lambda: kernel.rmsnorm(x, w.double()), "weight must be float32"),
+        (lambda: kernel.rmsnorm(x, w, -1e-6), "eps must be"),
+        (lambda: kernel.rmsnorm(x, w, float("nan")), "eps must be"),
+        (lambda: kernel.rmsnorm(x, w, float("inf")), "eps must be"),
+        (lambda: kernel.rmsnorm(x, w, out=torch.empty_like(x, dtype=torch.float32)), "out must have dtype"),
+        (lambda: kernel.rmsnorm(x, w, out=torch.empty(4, 65, device=device, dtype=x.dtype)), "out must have x's shape"),
+        (lambda: kernel.rmsnorm(x, w, out=torch.empty(64, 4, device=device, dtype=x.dtype).t()), "out must have a contiguous last dim"),
+        (lambda: kernel.ops.rms_norm(x, w, 1e-6, 7), "semantics must be"),
+        (lambda: kernel.rmsnorm(torch.tensor(1.0, device=device), None), "at least one dimension"),
+    ]
+    for fn, msg in cases:
+        with pytest.raises(RuntimeError, match=msg):
+            fn()
+    with pytest.raises(ValueError, match="semantics must be one of"):
+        kernel.rmsnorm(x, w, semantics="gemma")
+
+
+@requires_gpu
+def test_mixed_devices_raise():
+    x = torch.randn(4, 64, device="cuda", dtype=torch.bfloat16)
+    with pytest.raises(RuntimeError, match="weight is on cpu but x is on cuda"):
+        kernel.rmsnorm(x, torch.ones(64, dtype=torch.bfloat16))
+    with pytest.raises(RuntimeError, match="different devices|x on cpu"):
+        kernel.rmsnorm(x.cpu(), torch.ones(64, device="cuda", dtype=torch.bfloat16))
+
+
+@requires_gpu
+def test_cpu_tensor_on_cuda_build_raises():
+    with pytest.raises(RuntimeError, match="CUDA variant and has no kernels for that device"):
+        kernel.rmsnorm(torch.randn(2, 64))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU to make a CUDA tensor")
+def test_cuda_tensor_on_cpu_build_raises():
+    from .util import load_kernel
+
+    try:
+        cpu_kernel = load_kernel(backend="cpu")
+    except Exception as e:  # the CPU variant is not built on this machine
+        pytest.skip(f"no CPU variant built here: {e}")
+    with pytest.raises(RuntimeError, match="CPU variant and has no kernels for that device"):
+        cpu_kernel.rmsnorm(torch.randn(2, 64, device="cuda"))
+
+
+# ---- torch.library / torch.compile -------------------------------------------------
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_opcheck(device):
+    for x_dtype, w_dtype, sem in [
+        (torch.bfloat16, torch.bfloat16, 0),
+        (torch.bfloat16, None, 0),
+        (torch.float16, torch.float32, 2),
+        (torch.float32, torch.bfloat16, 1),
+    ]:
+        x = torch.randn(3, 7, 256, device=device).to(x_dtype)
+        w = make_weight(256, w_dtype, device)
+        torch.library.opcheck(kernel.ops.rms_norm.default, (x, w, 1e-6, sem))
+        out = kernel.rmsnorm(x, w, semantics=["diffusers", "torch", "llama"][sem])
+        torch.library.opcheck(kernel.ops.rms_norm_out.default, (torch.empty_like(out), x, w, 1e-6, sem))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_compile_fullgraph_matches_eager(device):
+    def block(x, w):
+        return kernel.rmsnorm(x, w, 1e-6) * 2 + kernel.rmsnorm(x, None, 1e-5, semantics="torch")
+
+    x = torch.randn(2, 33, 2048, device=device, dtype=torch.bfloat16)
+    w = make_weight(2048, torch.bfloat16, device)
+    torch._dynamo.reset()
+    compiled = torch.compile(block, fullgraph=True)
+    with torch._dynamo.config.patch(error_on_recompile=True):
+        got = compiled(x, w)
+        got2 = compiled(torch.randn_like(x), w)
+    assert torch.equal(got, block(x, w))
+    assert got2.shape == x.shape

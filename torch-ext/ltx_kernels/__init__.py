@@ -1,0 +1,10 @@
+"""ltx-kernels: fused CUDA/CPU kernels for diffusion transformers and LLMs.
+
+Load it as a Hub kernel: ``kernels.get_kernel("org/ltx-kernels", version=1)``.
+The functions below are thin wrappers over ops registered in C++ (``ops``).
+"""
+
+from ._ops import add_op_namespace_prefix, ops
+from .rmsnorm import rms_norm_out_dtype, rmsnorm
+
+__all__ = ["rmsnorm", "rms_norm_out_dtype"]

@@ -1,0 +1,32 @@
+// Backend entry points ("launchers") shared by the binding and the kernels.
+//
+// The binding (torch-ext/ops/*.cpp) validates arguments, allocates outputs and
+// reshapes every tensor to a 2-D row view (rows x cols, last dim contiguous, any
+// row stride). Exactly one backend defines these functions in each build variant:
+// ltx_kernels_cuda/*.cu for CUDA_KERNEL builds, ltx_kernels_cpu/*.cpp for
+// CPU_KERNEL builds. Keep this header light: it is included by .cu files.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <optional>
+
+namespace ltx {
+
+// How RMSNorm rounds, i.e. which module it reproduces bit for bit.
+enum class RmsNormSemantics : int64_t {
+  kDiffusers = 0,  // diffusers RMSNorm: round to the weight dtype before the weight multiply
+  kTorch = 1,      // torch.nn.RMSNorm / F.rms_norm: fp32 throughout, one rounding
+  kLlama = 2,      // transformers LlamaRMSNorm: round to the input dtype before the weight multiply
+};
+
+// out2d[r, :] = round_out(round_mid(x2d[r, :] * rsqrt(mean(x^2) + eps)) * weight)
+// x2d, out2d: [rows, cols] views with stride(1) == 1. weight: [cols] contiguous or none.
+// mid_dtype: the dtype the normalised value is rounded to before the weight multiply;
+// kFloat means no intermediate rounding.
+void rms_norm_launch(const at::Tensor& out2d, const at::Tensor& x2d,
+                     const std::optional<at::Tensor>& weight, double eps,
+                     at::ScalarType mid_dtype);
+
+}  // namespace ltx
