@@ -32,8 +32,11 @@ struct RmsNormParams {
   Round mid;
 };
 
+constexpr int kMaxBlock = 1024;       // tpr reaches 1024 for rows beyond 32K elements
+
+// __launch_bounds__: a 1024-thread block must fit in 64 registers per thread.
 template <typename Tx, typename Tw, typename To, int N>
-__global__ void rms_norm_kernel(RmsNormParams p) {
+__global__ void __launch_bounds__(kMaxBlock) rms_norm_kernel(RmsNormParams p) {
   __shared__ float scratch[kMaxWarpsPerBlock];
   using VX = Vec<Tx, N>;
   using VW = Vec<Tw, N>;
@@ -154,7 +157,7 @@ void rms_norm_launch(const at::Tensor& out2d, const at::Tensor& x2d,
                {p.out, out2d.element_size(), p.out_stride},
                {p.w ? p.w : p.x, weight ? weight->element_size() : x2d.element_size(), 0}});
   const int64_t nvec = p.cols / vec;
-  p.tpr = std::min(1024, pow2_ceil(ceil_div(nvec, kTargetPerThread)));
+  p.tpr = std::min(kMaxBlock, pow2_ceil(ceil_div(nvec, kTargetPerThread)));
   const int block = std::max(p.tpr, kBlock);
   const int64_t groups = block / p.tpr;
   // A grid-stride loop covers rows beyond the grid; 64 waves is plenty to balance.

@@ -222,7 +222,9 @@ def check_layout(x, w, device):
     out = kernel.rmsnorm(x, w, 1e-6)
     expected = kernel.rmsnorm(x.contiguous(), w, 1e-6)
     assert out.is_contiguous()
-    assert torch.equal(out, expected)
+    # Another layout may pick another vector width, hence another fp32 summation order.
+    mid = mid_dtype(x.dtype, w.dtype, "diffusers")
+    assert_matches_module(out, expected, mid, "layout vs contiguous")
     with torch.no_grad():
         expected_module = diffusers_rmsnorm(x.shape[-1], 1e-6, w)(x)
     assert_matches_module(out, expected_module, mid_dtype(x.dtype, w.dtype, "diffusers"), "layout")
@@ -258,7 +260,8 @@ def test_misaligned_storage_offsets(device, offset, dtype):
     check_layout(x, w_full, device)
     out = misaligned((5, 2048), dtype, device, (offset + 1) % 8).fill_(float("nan"))
     kernel.rmsnorm(x, w_full, out=out)
-    assert torch.equal(out, kernel.rmsnorm(x.contiguous(), w_full.contiguous()))
+    expected = kernel.rmsnorm(x.contiguous(), w_full.contiguous())
+    assert_matches_module(out, expected, mid_dtype(dtype, dtype, "diffusers"), "misaligned out")
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -315,7 +318,7 @@ def test_mixed_devices_raise():
     x = torch.randn(4, 64, device="cuda", dtype=torch.bfloat16)
     with pytest.raises(RuntimeError, match="weight is on cpu but x is on cuda"):
         kernel.rmsnorm(x, torch.ones(64, dtype=torch.bfloat16))
-    with pytest.raises(RuntimeError, match="different devices|x on cpu"):
+    with pytest.raises(RuntimeError, match="weight is on cuda:0 but x is on cpu"):
         kernel.rmsnorm(x.cpu(), torch.ones(64, device="cuda", dtype=torch.bfloat16))
 
 
