@@ -32,15 +32,34 @@ struct RmsNormParams {
   Round mid;
 };
 
-constexpr int kMaxBlock = 1024;       // tpr reaches 1024 for rows beyond 32K elements
+// out[j-th vector] = round_out(round_mid(v * inv) * w) for one vector of a row.
+template <typename Tw, typename To, int N, typename VX>
+__device__ __forceinline__ void normalize_store(const VX v, const Tw* w, To* orow, int j,
+                                                float inv, Round mid) {
+  Vec<To, N> o;
+  if (w != nullptr) {
+    const Vec<Tw, N> wv = Vec<Tw, N>::load(w + j * N);
+#pragma unroll
+    for (int k = 0; k < N; ++k) {
+      o.v[k] = from_float<To>(round_through(to_float(v.v[k]) * inv, mid) * to_float(wv.v[k]));
+    }
+  } else {
+#pragma unroll
+    for (int k = 0; k < N; ++k) o.v[k] = from_float<To>(round_through(to_float(v.v[k]) * inv, mid));
+  }
+  o.store(orow + j * N);
+}
 
-// __launch_bounds__: a 1024-thread block must fit in 64 registers per thread.
+// Threads per row stop at 512 (no __launch_bounds__: forcing 1024 threads caps
+// registers at 64 and spills on sm_100); the launch also respects the compiled
+// kernel's own thread limit. Rows longer than 512 * kCached vectors (16K bf16
+// elements) re-read their tail, mostly from L2.
+constexpr int kMaxBlock = 512;
+
 template <typename Tx, typename Tw, typename To, int N>
-__global__ void __launch_bounds__(kMaxBlock) rms_norm_kernel(RmsNormParams p) {
+__global__ void rms_norm_kernel(RmsNormParams p) {
   __shared__ float scratch[kMaxWarpsPerBlock];
   using VX = Vec<Tx, N>;
-  using VW = Vec<Tw, N>;
-  using VO = Vec<To, N>;
   const Tx* x = static_cast<const Tx*>(p.x);
   const Tw* w = static_cast<const Tw*>(p.w);
   To* out = static_cast<To*>(p.out);
@@ -88,27 +107,13 @@ __global__ void __launch_bounds__(kMaxBlock) rms_norm_kernel(RmsNormParams p) {
     ss = row_sum(ss, p.tpr, scratch);
     const float inv = rsqrtf(ss * inv_cols + p.eps);
 
-    auto finish = [&](const VX& v, int j) {
-      VO o;
-      if (w != nullptr) {
-        const VW wv = VW::load(w + j * N);
-#pragma unroll
-        for (int k = 0; k < N; ++k) {
-          o.v[k] = from_float<To>(round_through(to_float(v.v[k]) * inv, p.mid) * to_float(wv.v[k]));
-        }
-      } else {
-#pragma unroll
-        for (int k = 0; k < N; ++k) o.v[k] = from_float<To>(round_through(to_float(v.v[k]) * inv, p.mid));
-      }
-      o.store(orow + j * N);
-    };
 #pragma unroll
     for (int i = 0; i < kCached; ++i) {
       const int j = lane + i * p.tpr;
-      if (active && j < nvec) finish(cache[i], j);
+      if (active && j < nvec) normalize_store<Tw, To, N>(cache[i], w, orow, j, inv, p.mid);
     }
     for (int j = lane + kCached * p.tpr; active && j < nvec; j += p.tpr) {
-      finish(VX::load(xr + j * N), j);
+      normalize_store<Tw, To, N>(VX::load(xr + j * N), w, orow, j, inv, p.mid);
     }
   }
 }
@@ -157,12 +162,20 @@ void rms_norm_launch(const at::Tensor& out2d, const at::Tensor& x2d,
                {p.out, out2d.element_size(), p.out_stride},
                {p.w ? p.w : p.x, weight ? weight->element_size() : x2d.element_size(), 0}});
   const int64_t nvec = p.cols / vec;
-  p.tpr = std::min(kMaxBlock, pow2_ceil(ceil_div(nvec, kTargetPerThread)));
-  const int block = std::max(p.tpr, kBlock);
-  const int64_t groups = block / p.tpr;
+  const int tpr_wanted = std::min(kMaxBlock, pow2_ceil(ceil_div(nvec, kTargetPerThread)));
   // A grid-stride loop covers rows beyond the grid; 64 waves is plenty to balance.
   const int64_t max_blocks = static_cast<int64_t>(sm_count(x2d.device().index())) * 64;
-  const unsigned grid = static_cast<unsigned>(std::min(ceil_div(p.rows, groups), max_blocks));
+  auto launch = [&](auto kernel) {
+    cudaFuncAttributes attr;
+    C10_CUDA_CHECK(cudaFuncGetAttributes(&attr, kernel));
+    p.tpr = tpr_wanted;
+    while (p.tpr > attr.maxThreadsPerBlock) p.tpr /= 2;  // any power of two is correct
+    const int block = std::min(std::max(p.tpr, kBlock), attr.maxThreadsPerBlock);
+    const int64_t groups = block / p.tpr;
+    const unsigned grid = static_cast<unsigned>(std::min(ceil_div(p.rows, groups), max_blocks));
+    kernel<<<grid, block, 0, stream>>>(p);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  };
 
   dispatch_float(x2d.scalar_type(), [&](auto xt) {
     using Tx = typename decltype(xt)::type;
@@ -175,8 +188,7 @@ void rms_norm_launch(const at::Tensor& out2d, const at::Tensor& x2d,
             constexpr int N = decltype(n)::value;
             constexpr size_t widest = std::max({sizeof(Tx), sizeof(Tw), sizeof(To)});
             if constexpr (N * widest <= 16) {
-              rms_norm_kernel<Tx, Tw, To, N><<<grid, block, 0, stream>>>(p);
-              C10_CUDA_KERNEL_LAUNCH_CHECK();
+              launch(rms_norm_kernel<Tx, Tw, To, N>);
             } else {
               TORCH_CHECK(false, "ltx_kernels.rms_norm: internal error: vector width ", N);
             }

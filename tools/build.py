@@ -11,7 +11,7 @@ can load it with get_local_kernel or LOCAL_KERNELS.
     python tools/build.py --clean
 
 Only the standard library and torch are used; PyTorch's own C++ extension
-builder is deliberately not: include and library paths come from torch.__file__.
+builder is deliberately not: include and library paths come from torch's location.
 Builds are incremental: each object carries a stamp (hash of its command line,
 source, our headers and the torch version) and unchanged outputs are not rewritten.
 """
@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import hashlib
+import importlib.util
 import json
 import os
 import platform
@@ -31,8 +32,6 @@ import sysconfig
 import threading
 import tomllib
 from pathlib import Path
-
-import torch
 
 DEFAULT_ROOT = Path(__file__).resolve().parent.parent
 CXX_EXTS = {".cpp", ".cc"}
@@ -108,7 +107,7 @@ def write_if_changed(path: Path, data: bytes) -> bool:
     if path.is_file() and path.stat().st_size == len(data) and path.read_bytes() == data:
         return False
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")  # two builds may run at once
     tmp.write_bytes(data)
     os.replace(tmp, path)  # atomic: a concurrent reader never sees half a file
     return True
@@ -117,6 +116,17 @@ def write_if_changed(path: Path, data: bytes) -> bool:
 def git(root: Path, *args: str) -> str:
     return subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True,
                           check=True).stdout.strip()
+
+
+def host_cxx() -> str:
+    """The host C++ compiler: $LTX_CXX, else g++ from PATH.
+
+    $CXX is deliberately ignored: images set it to toolchains whose libstdc++ differs
+    from the one torch was built against (seen on the GPU machine: CXX=/opt/gcc/bin/g++
+    linked a private libstdc++ into the .so, and formatting a number in a TORCH_CHECK
+    message then crashed inside std::locale).
+    """
+    return os.environ.get("LTX_CXX") or "g++"
 
 
 def find_nvcc() -> Path | None:
@@ -151,12 +161,64 @@ def cap_key(cap: str) -> tuple[int, int]:
     return int(major), int(minor)
 
 
+# ----------------------------------------------------------------------------- torch
+
+class TorchInfo:
+    """The facts about the installed torch (and GPU) that a build needs.
+
+    `import torch` takes 2-4 s, most of a no-change rebuild, so the facts are cached
+    in build/_torch.json, keyed by torch's location and version.py; torch is imported
+    only when that key changes. --arch native's capability is cached the same way,
+    keyed by the driver's list of GPUs (asking torch initialises CUDA: ~2 s more)."""
+
+    def __init__(self, build_dir: Path):
+        spec = importlib.util.find_spec("torch")  # locates torch without importing it
+        if spec is None or not spec.origin:
+            raise BuildError("torch is not installed in this Python")
+        self.dir = Path(spec.origin).parent
+        self.cache_file = build_dir / "_torch.json"
+        stat = (self.dir / "version.py").stat()
+        key = f"{sys.executable}|{self.dir}|{stat.st_mtime_ns}|{stat.st_size}"
+        facts = self._cached("torch", key, self._ask_torch)
+        self.version, self.cuda, self.cxx11_abi = facts["version"], facts["cuda"], facts["cxx11_abi"]
+
+    @staticmethod
+    def _ask_torch() -> dict:
+        import torch
+        return {"version": torch.__version__, "cuda": torch.version.cuda,
+                "cxx11_abi": int(torch._C._GLIBCXX_USE_CXX11_ABI)}
+
+    @staticmethod
+    def _ask_gpu() -> str:
+        import torch
+        major, minor = torch.cuda.get_device_capability()
+        return f"{major}.{minor}"
+
+    def _cached(self, name: str, key: str | None, compute):
+        try:
+            cache = json.loads(self.cache_file.read_text())
+        except (OSError, ValueError):
+            cache = {}
+        entry = cache.get(name)
+        if key is None or not entry or entry.get("key") != key:
+            cache[name] = entry = {"key": key, "value": compute()}
+            write_if_changed(self.cache_file, json.dumps(cache, indent=1).encode())
+        return entry["value"]
+
+    def device_capability(self) -> str:
+        gpus = sorted(Path("/proc/driver/nvidia/gpus").glob("*/information"))
+        key = None  # no driver listing: always ask torch
+        if gpus:
+            key = os.environ.get("CUDA_VISIBLE_DEVICES", "<all>") + "".join(p.read_text() for p in gpus)
+        return self._cached("native-arch", key, self._ask_gpu)
+
+
 # ----------------------------------------------------------------------------- project
 
 class Project:
     """build.toml plus everything derived from it and from the running torch."""
 
-    def __init__(self, root: Path, backend: str | None, arch: str | None):
+    def __init__(self, root: Path, backend: str | None, arch: str | None, kernel_id: str | None = None):
         self.root = root.resolve()
         toml_path = self.root / "build.toml"
         if not toml_path.is_file():
@@ -166,25 +228,26 @@ class Project:
         general = self.config["general"]
         self.name = general["name"]
         self.python_name = self.name.replace("-", "_")
+        self.build_dir = self.root / "build"
+        self.torch = TorchInfo(self.build_dir)
         self.nvcc = find_nvcc()
-        self.backend = backend or ("cuda" if torch.version.cuda and self.nvcc else "cpu")
+        self.backend = backend or ("cuda" if self.torch.cuda and self.nvcc else "cpu")
         if self.backend == "cuda" and not self.nvcc:
             raise BuildError("backend cuda needs nvcc (PATH, $CUDA_HOME/bin or /usr/local/cuda/bin)")
         self.arch = arch
-        self.torch_dir = Path(os.path.dirname(torch.__file__))
-        major, minor = (int(x) for x in torch.__version__.split(".")[:2])
+        self.torch_dir = self.torch.dir
+        major, minor = (int(x) for x in self.torch.version.split(".")[:2])
         self.std = "c++20" if (major, minor) >= (2, 12) else "c++17"
-        abi = "cxx11" if torch._C._GLIBCXX_USE_CXX11_ABI else "cxx98"
-        if self.backend == "cuda":
-            compute = "cu" + "".join(torch.version.cuda.split(".")[:2]) if torch.version.cuda else "cu"
+        abi = "cxx11" if self.torch.cxx11_abi else "cxx98"
+        if self.backend == "cuda":  # "13.0" -> cu130
+            compute = "cu" + "".join((self.torch.cuda or "").split(".")[:2])
         else:
             compute = "cpu"
         self.variant = f"torch{major}{minor}-{abi}-{compute}-{platform.machine()}-linux"
-        self.build_dir = self.root / "build"
         self.gen_dir = self.build_dir / "_gen" / self.backend
         self.obj_dir = self.build_dir / "_obj" / self.variant
         self.variant_dir = self.build_dir / self.variant
-        self.ops = f"_{self.python_name}_{self.backend}_{self.kernel_id()}"
+        self.ops = f"_{self.python_name}_{self.backend}_{kernel_id or self.kernel_id()}"
 
     def sections(self, backend: str) -> list[dict]:
         """[torch] first, then every [kernel.*] of `backend` (each a dict with 'src' etc.)."""
@@ -228,8 +291,7 @@ class Project:
 
     def capabilities(self, sec: dict) -> list[str]:
         if self.arch == "native":
-            major, minor = torch.cuda.get_device_capability()
-            return [f"{major}.{minor}"]
+            return [self.torch.device_capability()]
         if self.arch:
             return [c.strip() for c in self.arch.split(",") if c.strip()]
         return list(sec.get("cuda-capabilities") or DEFAULT_CUDA_CAPS)
@@ -250,7 +312,7 @@ class Project:
 
     def define_flags(self) -> list[str]:
         flags = ["-DPy_LIMITED_API=0x03090000", f"-DTORCH_EXTENSION_NAME={self.ops}",
-                 f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}"]
+                 f"-D_GLIBCXX_USE_CXX11_ABI={self.torch.cxx11_abi}"]
         flags += ["-DCPU_KERNEL"] if self.backend == "cpu" else ["-DCUDA_KERNEL", "-DUSE_CUDA=1"]
         return flags
 
@@ -269,15 +331,15 @@ class Project:
                    "--expt-relaxed-constexpr", "-Xcompiler", "-fPIC", "-Xcompiler", "-fno-gnu-unique",
                    "-DC10_CUDA_NO_CMAKE_CONFIGURE_FILE", "-lineinfo",
                    *self.gencode_flags(self.capabilities(sec)), *sec.get("cuda-flags", [])]
-            if os.environ.get("CXX"):
-                cmd += ["-ccbin", os.environ["CXX"]]
+            if os.environ.get("LTX_CXX"):
+                cmd += ["-ccbin", host_cxx()]
             return cmd + (["-Xptxas", "-v"] if check else [])
-        cxx = os.environ.get("CXX", "g++")
+        cxx = host_cxx()
         return [cxx, "-c", str(src), "-o", str(obj), *common, "-fPIC", "-fno-gnu-unique", "-Wall",
                 *self.config.get("torch", {}).get("cxx-flags", []), *sec.get("cxx-flags", [])]
 
     def link_cmd(self, objs: list[Path], so: Path) -> list[str]:
-        cmd = [os.environ.get("CXX", "g++"), "-shared", "-o", str(so), *map(str, objs),
+        cmd = [host_cxx(), "-shared", "-o", str(so), *map(str, objs),
                f"-L{self.torch_dir / 'lib'}", "-lc10", "-ltorch", "-ltorch_cpu"]
         if self.backend == "cuda":
             home = cuda_home(self.nvcc)
@@ -304,7 +366,10 @@ class Project:
 # ----------------------------------------------------------------------------- compile
 
 def compile_all(proj: Project, tasks, jobs: int, verbose: bool, check: bool = False):
-    """tasks: list of (src, obj, section). Returns {obj: (stamp, recompiled, output)}."""
+    """tasks: list of (src, obj, section). Returns {obj: (stamp, recompiled, output)}.
+
+    Each object is skipped when its stamp (command line, source bytes, all our headers,
+    torch version) is unchanged; there is no per-file dependency scan."""
     headers = proj.header_digest()
     results, failures = {}, []
     # nvcc compiles the archs of one file in parallel with --threads; share the cores
@@ -314,7 +379,7 @@ def compile_all(proj: Project, tasks, jobs: int, verbose: bool, check: bool = Fa
 
     def one(src: Path, obj: Path, sec: dict):
         cmd = proj.compile_cmd(src, obj, sec, check)
-        stamp = sha256("\0".join(cmd), src.read_bytes(), headers, torch.__version__)
+        stamp = sha256("\0".join(cmd), src.read_bytes(), headers, proj.torch.version)
         stamp_file, log_file = obj.with_suffix(".stamp"), obj.with_suffix(".log")
         if obj.is_file() and stamp_file.is_file() and stamp_file.read_text() == stamp:
             return obj, stamp, False, log_file.read_text() if log_file.is_file() else "", None
@@ -323,6 +388,7 @@ def compile_all(proj: Project, tasks, jobs: int, verbose: bool, check: bool = Fa
         rel = src.relative_to(proj.root)
         say(("  " + " ".join(cmd)) if verbose else f"  compile {rel}")
         obj.parent.mkdir(parents=True, exist_ok=True)
+        stamp_file.unlink(missing_ok=True)  # an interrupted compile must not look current
         proc = subprocess.run(cmd, capture_output=True, text=True)
         output = proc.stdout + proc.stderr
         if proc.returncode != 0:
@@ -466,7 +532,7 @@ def prune(directory: Path, keep: set[Path]):
 def build(backend=None, arch=None, jobs=None, verbose=False, root=None) -> Path:
     """Build the variant for `backend` (default: cuda if possible) and return its dir."""
     proj = Project(Path(root) if root else DEFAULT_ROOT, backend, arch)
-    if proj.backend == "cuda" and not torch.version.cuda:
+    if proj.backend == "cuda" and not proj.torch.cuda:
         raise BuildError("linking the cuda backend needs a CUDA build of torch; "
                          "use --check-cuda to compile-check the CUDA sources here")
     sections = proj.sections(proj.backend)
@@ -519,10 +585,38 @@ def demangle(names: set[str]) -> dict[str, str]:
     return dict(zip(order, lines)) if len(lines) == len(order) else {n: n for n in names}
 
 
+def report(records: list[dict]) -> int:
+    """One table row per function: registers per arch, max stack, spills. Returns #spilling."""
+    names = demangle({r["fn"] for r in records})
+    archs = sorted({r["arch"] for r in records}, key=arch_num)
+    rows = {}
+    for r in records:
+        rows.setdefault((str(r["src"]), names[r["fn"]]), {})[r["arch"]] = r
+    width = [max(5, len(a)) for a in archs]
+    print("  " + " ".join(a.rjust(w) for a, w in zip(archs, width)) + "  stack  spills  function")
+    for (_, name), per_arch in sorted(rows.items()):
+        regs = [str(per_arch[a]["regs"]) if a in per_arch and per_arch[a]["regs"] is not None else "-"
+                for a in archs]
+        spills = [f"{r['stores']}/{r['loads']}@{a}" for a, r in per_arch.items() if r["stores"] or r["loads"]]
+        stack = max(r["stack"] for r in per_arch.values())
+        print("  " + " ".join(x.rjust(w) for x, w in zip(regs, width)) + f"  {stack:>5}  "
+              f"{'SPILL ' + ' '.join(spills) if spills else '0':>6}  "
+              + name.replace("(anonymous namespace)::", ""))
+    kernels = {r["fn"] for r in records if r["regs"] is not None}
+    regs = max((r["regs"] for r in records if r["regs"] is not None), default=0)
+    spilling = sum(1 for r in records if r["stores"] or r["loads"])
+    print(f"summary: {len(kernels)} kernel(s), archs {' '.join(archs)}, max registers {regs}, "
+          f"{spilling} spilling function/arch pair(s)")
+    return spilling
+
+
 def check_cuda(arch=None, jobs=None, verbose=False, root=None) -> int:
     """Compile (no link) every .cu of every cuda section with ptxas -v; 0 when clean."""
-    proj = Project(Path(root) if root else DEFAULT_ROOT, "cuda", arch)
+    # A fixed id: nothing is linked or loaded, and a changing id (the content-hash
+    # fallback changes with every edit) would otherwise recompile every file.
+    proj = Project(Path(root) if root else DEFAULT_ROOT, "cuda", arch, kernel_id="check")
     proj.obj_dir = proj.build_dir / "_check" / "cuda"
+    proj.gen_dir = proj.build_dir / "_check" / "gen"
     tasks = [t for t in sources(proj, proj.sections("cuda")[1:]) if t[0].suffix in CUDA_EXTS]
     if not tasks:
         print("no .cu sources in build.toml")
@@ -540,19 +634,8 @@ def check_cuda(arch=None, jobs=None, verbose=False, root=None) -> int:
             print(f"WARNING {src.relative_to(proj.root)}: {line}")
             bad += 1
         records += [dict(r, src=src.relative_to(proj.root)) for r in parse_ptxas(output)]
-    names = demangle({r["fn"] for r in records})
-    for r in sorted(records, key=lambda r: (str(r["src"]), names[r["fn"]], arch_num(r["arch"]))):
-        spill = r["stores"] or r["loads"]
-        bad += bool(spill)
-        print(f"  {r['arch']:>7}  regs {r['regs'] if r['regs'] is not None else '-':>3}  "
-              f"stack {r['stack']:>4}  spill {r['stores']}/{r['loads']}"
-              f"{'  <-- SPILL' if spill else ''}  {names[r['fn']]}")
-    kernels = {r["fn"] for r in records if r["regs"] is not None}
-    archs = sorted({r["arch"] for r in records}, key=arch_num)
-    regs = max((r["regs"] for r in records if r["regs"] is not None), default=0)
-    spills = sum(1 for r in records if r["stores"] or r["loads"])
-    print(f"summary: {len(kernels)} kernel(s), archs {' '.join(archs)}, max registers {regs}, "
-          f"{spills} spilling function/arch pair(s), {bad} problem(s)")
+    bad += report(records)
+    print("check-cuda: " + (f"FAILED, {bad} problem(s) (warnings or spills)" if bad else "ok"))
     return 1 if bad else 0
 
 

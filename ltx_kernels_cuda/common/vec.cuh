@@ -54,7 +54,7 @@ template <>
 struct RawOf<2> { using type = uint16_t; };
 
 template <typename T, int N>
-struct Vec {
+struct alignas(sizeof(T) * N) Vec {
   static constexpr int kBytes = static_cast<int>(sizeof(T)) * N;
   using Raw = typename RawOf<kBytes>::type;
   T v[N];

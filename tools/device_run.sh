@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# One call on the GPU machine (the device tool): build the CUDA variant for the
+# local GPU and the CPU variant, run the whole test suite on CUDA, then the
+# example; logs go to $OUT. Usage: bash tools/device_run.sh [pytest args...]
+# Carry .whl/ (kernels, tomlkit, diffusers wheels): the machine has no network.
+set -uo pipefail
+export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
+OUT=${OUT:-/tmp/ltx-out}
+mkdir -p "$OUT"
+cd "$(dirname "$0")/.."
+
+if ls .whl/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/site .whl/*.whl || exit 1
+  export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+fi
+{
+  date -u
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+  python3 -c "import torch, sys; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'python', sys.version.split()[0])"
+  nvcc --version | tail -1
+} | tee "$OUT/env.txt"
+
+python3 tools/build.py --backend cuda --arch "${LTX_ARCH:-native}" -j 16 2>&1 | tee "$OUT/build_cuda.log" || exit 1
+python3 tools/build.py --backend cpu -j 16 2>&1 | tail -2 | tee "$OUT/build_cpu.log"
+
+export LOCAL_KERNELS="org/ltx-kernels=$PWD"
+python3 -m pytest tests -m kernels_ci -p no:cacheprovider -q -rs -x --durations=15 "$@" 2>&1 \
+  | tee "$OUT/pytest.log" | tail -60
+python3 example.py 2>&1 | tee "$OUT/example.log" | tail -30
