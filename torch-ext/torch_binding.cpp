@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "ops/rms_norm.h"
+#include "ops/activation.h"
 #include "registration.h"
 
 namespace {
@@ -77,6 +78,21 @@ TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, ops) {
   ops.def("rms_norm_out(Tensor! out, Tensor x, Tensor? weight, float eps, int semantics) -> ()");
   impl(ops, "rms_norm", TORCH_FN(ltx::rms_norm));
   impl(ops, "rms_norm_out", TORCH_FN(ltx::rms_norm_out));
+
+  // GELU (erf / tanh, rounded once) and GEGLU (halves of the last dim; gate_first
+  // false: x[..., :d] * gelu(x[..., d:]) as diffusers GEGLU, true: gelu(x[..., :d]) * x[..., d:]).
+  ops.def("gelu(Tensor x) -> Tensor");
+  ops.def("gelu_out(Tensor! out, Tensor x) -> ()");
+  ops.def("gelu_tanh(Tensor x) -> Tensor");
+  ops.def("gelu_tanh_out(Tensor! out, Tensor x) -> ()");
+  ops.def("geglu(Tensor x, str approximate='none', bool gate_first=False) -> Tensor");
+  ops.def("geglu_out(Tensor! out, Tensor x, str approximate='none', bool gate_first=False) -> ()");
+  impl(ops, "gelu", TORCH_FN(ltx::gelu));
+  impl(ops, "gelu_out", TORCH_FN(ltx::gelu_out));
+  impl(ops, "gelu_tanh", TORCH_FN(ltx::gelu_tanh));
+  impl(ops, "gelu_tanh_out", TORCH_FN(ltx::gelu_tanh_out));
+  impl(ops, "geglu", TORCH_FN(ltx::geglu));
+  impl(ops, "geglu_out", TORCH_FN(ltx::geglu_out));
 }
 
 REGISTER_EXTENSION(TORCH_EXTENSION_NAME)

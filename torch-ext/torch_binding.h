@@ -29,4 +29,20 @@ void rms_norm_launch(const at::Tensor& out2d, const at::Tensor& x2d,
                      const std::optional<at::Tensor>& weight, double eps,
                      at::ScalarType mid_dtype);
 
+// ---- activations (ltx_kernels_cuda/activation.cu, ltx_kernels_cpu/activation_cpu.cpp) ----
+
+// Which GELU: erf (F.gelu default) or the tanh approximation (approximate="tanh").
+// Both are evaluated in fp32 with ATen's CUDA formula and rounded once.
+enum class GeluKind : int64_t { kErf = 0, kTanh = 1 };
+
+// out2d = gelu(x2d), elementwise. x2d, out2d: [rows, cols] views with stride(1) == 1.
+// out2d may be x2d itself (same pointer and strides).
+void gelu_launch(const at::Tensor& out2d, const at::Tensor& x2d, GeluKind kind);
+
+// Gated GELU over the halves of x2d ([rows, 2*d], stride(1) == 1); out2d: [rows, d].
+// gate_first == false (diffusers GEGLU): out = a * round(gelu(b)), a = x[:, :d], b = x[:, d:].
+// gate_first == true (Gemma / vLLM):     out = round(gelu(a)) * b.
+// round() is a cast to out's dtype (eager's op boundary), then the product is rounded again.
+void geglu_launch(const at::Tensor& out2d, const at::Tensor& x2d, GeluKind kind, bool gate_first);
+
 }  // namespace ltx

@@ -8,3 +8,7 @@ from ._ops import add_op_namespace_prefix, ops
 from .rmsnorm import rms_norm_out_dtype, rmsnorm
 
 __all__ = ["rmsnorm", "rms_norm_out_dtype"]
+
+from .activation import gelu, gelu_and_mul, gelu_tanh, gelu_tanh_and_mul, geglu
+
+__all__ += ["gelu", "gelu_tanh", "geglu", "gelu_and_mul", "gelu_tanh_and_mul"]
