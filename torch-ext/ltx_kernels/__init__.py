@@ -6,5 +6,7 @@ The functions below are thin wrappers over ops registered in C++ (``ops``).
 
 from ._ops import add_op_namespace_prefix, ops
 from .rmsnorm import rms_norm_out_dtype, rmsnorm
+from .rope import rope_interleaved, rope_interleaved_qk, rope_rotate_half, rope_rotate_half_single
 
 __all__ = ["rmsnorm", "rms_norm_out_dtype"]
+__all__ += ["rope_interleaved", "rope_interleaved_qk", "rope_rotate_half", "rope_rotate_half_single"]
