@@ -14,6 +14,7 @@
 
 #include "ops/rms_norm.h"
 #include "ops/activation.h"
+#include "ops/rope.h"
 #include "registration.h"
 
 namespace {
@@ -93,6 +94,32 @@ TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, ops) {
   impl(ops, "gelu_tanh_out", TORCH_FN(ltx::gelu_tanh_out));
   impl(ops, "geglu", TORCH_FN(ltx::geglu));
   impl(ops, "geglu_out", TORCH_FN(ltx::geglu_out));
+
+  // Rotary embeddings: interleaved pairs (LTX-Video) and rotate-half (transformers).
+  ops.def("rope_interleaved(Tensor x, Tensor cos, Tensor sin) -> Tensor");
+  ops.def("rope_interleaved_out(Tensor! out, Tensor x, Tensor cos, Tensor sin) -> ()");
+  ops.def("rope_interleaved_qk(Tensor q, Tensor k, Tensor cos, Tensor sin) -> (Tensor, Tensor)");
+  ops.def(
+      "rope_interleaved_qk_out(Tensor! q_out, Tensor! k_out, Tensor q, Tensor k, Tensor cos, "
+      "Tensor sin) -> ()");
+  ops.def(
+      "rope_rotate_half(Tensor q, Tensor k, Tensor cos, Tensor sin, int unsqueeze_dim) -> "
+      "(Tensor, Tensor)");
+  ops.def(
+      "rope_rotate_half_out(Tensor! q_out, Tensor! k_out, Tensor q, Tensor k, Tensor cos, "
+      "Tensor sin, int unsqueeze_dim) -> ()");
+  ops.def("rope_rotate_half_single(Tensor x, Tensor cos, Tensor sin, int unsqueeze_dim) -> Tensor");
+  ops.def(
+      "rope_rotate_half_single_out(Tensor! out, Tensor x, Tensor cos, Tensor sin, "
+      "int unsqueeze_dim) -> ()");
+  impl(ops, "rope_interleaved", TORCH_FN(ltx::rope_interleaved));
+  impl(ops, "rope_interleaved_out", TORCH_FN(ltx::rope_interleaved_out));
+  impl(ops, "rope_interleaved_qk", TORCH_FN(ltx::rope_interleaved_qk));
+  impl(ops, "rope_interleaved_qk_out", TORCH_FN(ltx::rope_interleaved_qk_out));
+  impl(ops, "rope_rotate_half", TORCH_FN(ltx::rope_rotate_half));
+  impl(ops, "rope_rotate_half_out", TORCH_FN(ltx::rope_rotate_half_out));
+  impl(ops, "rope_rotate_half_single", TORCH_FN(ltx::rope_rotate_half_single));
+  impl(ops, "rope_rotate_half_single_out", TORCH_FN(ltx::rope_rotate_half_single_out));
 }
 
 REGISTER_EXTENSION(TORCH_EXTENSION_NAME)

@@ -46,3 +46,27 @@ void gelu_launch(const at::Tensor& out2d, const at::Tensor& x2d, GeluKind kind);
 void geglu_launch(const at::Tensor& out2d, const at::Tensor& x2d, GeluKind kind, bool gate_first);
 
 }  // namespace ltx
+
+// ---- rotary embeddings (rope) ---------------------------------------------------
+namespace ltx {
+
+// Which channels form a rotation pair.
+enum class RopeLayout : int64_t {
+  kInterleaved = 0,  // (2i, 2i+1) across the whole row (LTX-Video, FLUX-style tables)
+  kRotateHalf = 1,   // (i, i + R/2) over the first R channels, the rest passed through (Llama)
+};
+
+// Rotary embedding on canonical views prepared by the binding (torch-ext/ops/rope.cpp):
+//   in0/out0 (and in1/out1 when in1 is defined): [B, S, H_i, D], stride(-1) == 1, any
+//     other strides (out rows never overlap); out_i may be in_i itself (in place).
+//   cos/sin: [B, S, R], stride(-1) == 1, stride 0 where broadcast; float32, or the dtype
+//     of the inputs. kInterleaved: R == D. kRotateHalf: R even, R <= D; channels >= R
+//     are copied unchanged.
+// Rounding: tables in the input dtype (half precision) reproduce eager step rounding
+// (each product and the sum rounded to that dtype); float32 tables compute in fp32 and
+// round once. Products and sums are never fused (no FMA), as in eager PyTorch.
+void rope_launch(const at::Tensor& out0, const at::Tensor& in0, const at::Tensor& out1,
+                 const at::Tensor& in1, const at::Tensor& cos, const at::Tensor& sin,
+                 RopeLayout layout);
+
+}  // namespace ltx

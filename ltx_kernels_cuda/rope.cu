@@ -1,0 +1,375 @@
+// Rotary embeddings on CUDA (both layouts; see rope_launch in torch_binding.h).
+//
+// Work split: one group of lanes x slots threads per token (b, s). The rotation pairs
+// of a row are cut into units of U consecutive elements (16-byte accesses for the
+// inputs on the fast path; fp32 tables take two 16-byte accesses per unit of 8). Each
+// lane loads the cos/sin units it owns once per token and applies them to every head of
+// both tensors, the heads being spread over the slots; so the tables are read from
+// memory once per token whatever the number of heads. Tokens are visited
+// position-major (s outer, b inner): with a stride-0 batch of tables neighbouring
+// groups read the same table row, which L1/L2 serve. All offsets are int64, the token
+// loop is grid-stride, products and sums use __fmul_rn/__fadd_rn (never fused to FMA),
+// exactly as eager PyTorch evaluates them.
+#include <algorithm>
+#include <numeric>
+#include <type_traits>
+
+#include "../torch-ext/torch_binding.h"
+#include "common/dispatch.cuh"
+#include "common/vec.cuh"
+
+namespace ltx::cuda {
+namespace {
+
+constexpr int kBlock = 256;       // threads per block
+// Two resident blocks per SM (<= 128 registers). With the block size alone, this
+// ptxas trades a few spills for occupancy on some instantiations; no spills this way.
+constexpr int kMinBlocks = 2;
+constexpr int kMaxLanes = 128;    // lanes per token (units of one row)
+constexpr int kGroupTarget = 64;  // threads per token the head split aims for
+
+struct RopeSide {
+  const void* in;
+  void* out;
+  int64_t in_b, in_s, in_h;  // element strides; 0 for size-1 dims
+  int64_t out_b, out_s, out_h;
+  int heads;
+  bool copy_pass;  // rotate-half: copy channels >= R (false when in place)
+};
+
+struct RopeParams {
+  RopeSide side[2];
+  const void* cos;
+  const void* sin;
+  int64_t cos_b, cos_s, sin_b, sin_s;
+  int64_t batch;
+  int64_t seq;
+  int64_t step_s, step_b;  // the grid's token step, as (positions, batch entries)
+  uint32_t batch32;        // batch clamped to 2^32-1 (beyond, every first token has s = 0)
+  int half;        // rotate-half: R / 2
+  int rot_items;   // units of rotation work per row
+  int pass_items;  // rotate-half: units of pass-through channels per row
+  int pass_start;  // rotate-half: R
+  int lanes;       // power of two
+  int slots;       // power of two
+};
+
+// U consecutive elements kept in their storage type (fewer registers than floats),
+// moved with accesses of C elements each; get/set convert one element.
+template <typename T, int U, int C>
+struct Unit {
+  Vec<T, C> v[U / C];
+  __device__ __forceinline__ void load(const T* p) {
+#pragma unroll
+    for (int i = 0; i < U / C; ++i) v[i] = Vec<T, C>::load(p + i * C);
+  }
+  __device__ __forceinline__ void store(T* p) const {
+#pragma unroll
+    for (int i = 0; i < U / C; ++i) v[i].store(p + i * C);
+  }
+  __device__ __forceinline__ float get(int i) const { return to_float(v[i / C].v[i % C]); }
+  __device__ __forceinline__ void set(int i, float f) { v[i / C].v[i % C] = from_float<T>(f); }
+};
+
+// Elements per access for U-element units of T: 16 bytes at most; 1 in scalar mode.
+template <typename T, int U>
+constexpr int chunk_of() {
+  return U == 1 ? 1 : (U * static_cast<int>(sizeof(T)) > 16 ? 16 / static_cast<int>(sizeof(T)) : U);
+}
+
+// An eager op boundary in T when kStep (tables in the input's half dtype).
+template <typename T, bool kStep>
+__device__ __forceinline__ float rnd(float v) {
+  if constexpr (kStep) {
+    return to_float(from_float<T>(v));
+  } else {
+    return v;
+  }
+}
+
+// a*c - b*s and a*c + b*s, each product rounded on its own (no FMA).
+template <typename T, bool kStep>
+__device__ __forceinline__ float mul_sub(float a, float c, float b, float s) {
+  return __fsub_rn(rnd<T, kStep>(__fmul_rn(a, c)), rnd<T, kStep>(__fmul_rn(b, s)));
+}
+template <typename T, bool kStep>
+__device__ __forceinline__ float mul_add(float a, float c, float b, float s) {
+  return __fadd_rn(rnd<T, kStep>(__fmul_rn(a, c)), rnd<T, kStep>(__fmul_rn(b, s)));
+}
+
+template <typename Tx, typename Tc, int U, bool kInterleaved>
+__global__ void __launch_bounds__(kBlock, kMinBlocks) rope_kernel(const RopeParams p) {
+  constexpr int kUnit = (kInterleaved && U < 2) ? 2 : U;  // a unit holds whole pairs
+  constexpr int CX = chunk_of<Tx, U>();
+  constexpr int CC = chunk_of<Tc, U>();
+  constexpr bool kStep = std::is_same_v<Tx, Tc> && !std::is_same_v<Tx, float>;
+  using UX = Unit<Tx, kUnit, CX>;
+  using UC = Unit<Tc, kUnit, CC>;
+
+  const int group = p.lanes * p.slots;
+  const int lane = threadIdx.x & (p.lanes - 1);
+  const int slot = (threadIdx.x / p.lanes) & (p.slots - 1);
+  const int per_block = blockDim.x / group;
+  const int h0 = p.side[0].heads;
+  const int h1 = p.side[1].heads;
+  const int heads = h0 + h1;
+
+  const Tc* cos = static_cast<const Tc*>(p.cos);
+  const Tc* sin = static_cast<const Tc*>(p.sin);
+
+  // Token t = s * batch + b, stepped by the grid without a 64-bit division (a call).
+  const uint32_t t0 = blockIdx.x * static_cast<uint32_t>(per_block) + threadIdx.x / group;
+  int64_t s = t0 / p.batch32;
+  int64_t b = t0 - s * p.batch32;
+  for (; s < p.seq; s += p.step_s, b += p.step_b) {
+    if (b >= p.batch) {
+      b -= p.batch;
+      ++s;
+      if (s >= p.seq) break;
+    }
+    const Tc* cr = cos + b * p.cos_b + s * p.cos_s;
+    const Tc* sr = sin + b * p.sin_b + s * p.sin_s;
+    const RopeSide& A = p.side[0];
+    const RopeSide& B = p.side[1];
+    const Tx* in0 = static_cast<const Tx*>(A.in) + b * A.in_b + s * A.in_s;
+    Tx* out0 = static_cast<Tx*>(A.out) + b * A.out_b + s * A.out_s;
+    const Tx* in1 = static_cast<const Tx*>(B.in) + b * B.in_b + s * B.in_s;
+    Tx* out1 = static_cast<Tx*>(B.out) + b * B.out_b + s * B.out_s;
+
+    // Head hh of the token: side 0's heads, then side 1's. fn(x, o, x2, o2, two) gets
+    // two heads at a time (q and k for the interleaved pair), so each thread has both
+    // heads' loads in flight before it stores.
+    auto in_row = [&](int hh) {
+      return hh < h0 ? in0 + hh * A.in_h : in1 + (hh - h0) * B.in_h;
+    };
+    auto out_row = [&](int hh) {
+      return hh < h0 ? out0 + hh * A.out_h : out1 + (hh - h0) * B.out_h;
+    };
+    auto for_heads = [&](auto&& fn) {
+      for (int hh = slot; hh < heads; hh += 2 * p.slots) {
+        const bool two = hh + p.slots < heads;
+        const int hh2 = two ? hh + p.slots : hh;
+        fn(in_row(hh), out_row(hh), in_row(hh2), out_row(hh2), two);
+      }
+    };
+
+    for (int j = lane; j < p.rot_items; j += p.lanes) {
+      if constexpr (kInterleaved) {
+        const int off = j * kUnit;
+        UC c, sn;
+        c.load(cr + off);
+        sn.load(sr + off);
+        auto rotate = [&](UX& v) {
+#pragma unroll
+          for (int i = 0; i < kUnit; i += 2) {
+            const float x0 = v.get(i), x1 = v.get(i + 1);
+            v.set(i, mul_sub<Tx, kStep>(x0, c.get(i), x1, sn.get(i)));
+            v.set(i + 1, mul_add<Tx, kStep>(x1, c.get(i + 1), x0, sn.get(i + 1)));
+          }
+        };
+        for_heads([&](const Tx* x, Tx* o, const Tx* x2, Tx* o2, bool two) {
+          UX v, w;
+          v.load(x + off);
+          if (two) w.load(x2 + off);
+          rotate(v);
+          v.store(o + off);
+          if (two) {
+            rotate(w);
+            w.store(o2 + off);
+          }
+        });
+      } else {
+        const int lo = j * kUnit;
+        const int hi = lo + p.half;
+        UC c1, c2, s1, s2;
+        c1.load(cr + lo);
+        c2.load(cr + hi);
+        s1.load(sr + lo);
+        s2.load(sr + hi);
+        auto rotate = [&](UX& a, UX& z) {  // a: first half, z: second half
+#pragma unroll
+          for (int i = 0; i < kUnit; ++i) {
+            const float x1 = a.get(i), x2 = z.get(i);
+            a.set(i, mul_sub<Tx, kStep>(x1, c1.get(i), x2, s1.get(i)));
+            z.set(i, mul_add<Tx, kStep>(x2, c2.get(i), x1, s2.get(i)));
+          }
+        };
+        for_heads([&](const Tx* x, Tx* o, const Tx* x2, Tx* o2, bool two) {
+          UX a, z, a2, z2;
+          a.load(x + lo);
+          z.load(x + hi);
+          if (two) {
+            a2.load(x2 + lo);
+            z2.load(x2 + hi);
+          }
+          rotate(a, z);
+          a.store(o + lo);
+          z.store(o + hi);
+          if (two) {
+            rotate(a2, z2);
+            a2.store(o2 + lo);
+            z2.store(o2 + hi);
+          }
+        });
+      }
+    }
+
+    if constexpr (!kInterleaved) {
+      // Channels >= R: copied unchanged (nothing to do in place).
+      using V = Vec<Tx, CX>;
+      auto copy_row = [&](const Tx* x, Tx* o, int off) {
+#pragma unroll
+        for (int i = 0; i < kUnit; i += CX) V::load(x + off + i).store(o + off + i);
+      };
+      for (int j = lane; j < p.pass_items; j += p.lanes) {
+        const int off = p.pass_start + j * kUnit;
+        for (int hh = slot; hh < heads; hh += p.slots) {
+          if (hh < h0 ? A.copy_pass : B.copy_pass) copy_row(in_row(hh), out_row(hh), off);
+        }
+      }
+    }
+  }
+}
+
+int rope_sm_count(int device) {
+  static int counts[64] = {};
+  if (device < 0 || device >= 64) return 132;
+  if (counts[device] == 0) {
+    C10_CUDA_CHECK(cudaDeviceGetAttribute(&counts[device], cudaDevAttrMultiProcessorCount, device));
+  }
+  return counts[device];
+}
+
+// Stride of dim d, 0 where the dim has size 1 (it is never stepped).
+int64_t stride_of(const at::Tensor& t, int64_t d) { return t.size(d) > 1 ? t.stride(d) : 0; }
+
+RopeSide make_side(const at::Tensor& out, const at::Tensor& in) {
+  RopeSide s{};
+  s.in = in.const_data_ptr();
+  s.out = out.mutable_data_ptr();
+  s.in_b = stride_of(in, 0), s.in_s = stride_of(in, 1), s.in_h = stride_of(in, 2);
+  s.out_b = stride_of(out, 0), s.out_s = stride_of(out, 1), s.out_h = stride_of(out, 2);
+  s.heads = static_cast<int>(in.size(2));
+  s.copy_pass = !(s.in == s.out && s.in_b == s.out_b && s.in_s == s.out_s && s.in_h == s.out_h);
+  return s;
+}
+
+// Whether U-element units are accessible for an operand: its base pointer and every
+// stride keep each access (chunk elements) aligned.
+bool unit_ok(const void* ptr, int elem, int chunk, std::initializer_list<int64_t> strides) {
+  if (reinterpret_cast<uintptr_t>(ptr) % (static_cast<uintptr_t>(chunk) * elem) != 0) return false;
+  for (int64_t st : strides) {
+    if (st % chunk != 0) return false;
+  }
+  return true;
+}
+
+// The widest unit U in {8, 4, 2} whose accesses stay aligned for every operand, or 1
+// (scalar accesses). U divides `cols` (the row length or the rotary half).
+int pick_unit(const RopeParams& p, int xs, int cs, int64_t cols) {
+  for (int u : {8, 4, 2}) {
+    if (u * xs > 16 || cols % u != 0) continue;
+    const int cx = std::min(u, 16 / xs);
+    const int cc = std::min(u, 16 / cs);
+    bool ok = unit_ok(p.cos, cs, cc, {p.cos_b, p.cos_s}) && unit_ok(p.sin, cs, cc, {p.sin_b, p.sin_s});
+    for (const RopeSide& s : p.side) {
+      if (s.heads == 0) continue;
+      ok = ok && unit_ok(s.in, xs, cx, {s.in_b, s.in_s, s.in_h}) &&
+           unit_ok(s.out, xs, cx, {s.out_b, s.out_s, s.out_h});
+    }
+    if (ok) return u;
+  }
+  return 1;
+}
+
+int pow2_floor(int64_t v) {
+  int p = 1;
+  while (static_cast<int64_t>(p) * 2 <= v) p <<= 1;
+  return p;
+}
+
+}  // namespace
+}  // namespace ltx::cuda
+
+namespace ltx {
+
+void rope_launch(const at::Tensor& out0, const at::Tensor& in0, const at::Tensor& out1,
+                 const at::Tensor& in1, const at::Tensor& cos, const at::Tensor& sin,
+                 RopeLayout layout) {
+  using namespace ltx::cuda;
+  const int64_t batch = in0.size(0), seq = in0.size(1), dim = in0.size(3);
+  const int64_t tokens = batch * seq;
+  const int64_t heads = in0.size(2) + (in1.defined() ? in1.size(2) : 0);
+  if (tokens == 0 || dim == 0 || heads == 0) return;
+  TORCH_CHECK(dim <= INT32_MAX / 2 && heads <= INT32_MAX, "ltx_kernels.rope: row too large");
+  const c10::cuda::CUDAGuard guard(in0.device());
+  cudaStream_t stream = c10::cuda::getCurrentCUDAStream(in0.device().index()).stream();
+  const bool interleaved = layout == RopeLayout::kInterleaved;
+  const int64_t rdim = cos.size(2);
+
+  RopeParams p{};
+  p.side[0] = make_side(out0, in0);
+  if (in1.defined()) {
+    p.side[1] = make_side(out1, in1);
+  } else {
+    p.side[1] = p.side[0];  // valid pointers, no heads
+    p.side[1].heads = 0;
+  }
+  p.cos = cos.const_data_ptr();
+  p.sin = sin.const_data_ptr();
+  p.cos_b = stride_of(cos, 0), p.cos_s = stride_of(cos, 1);
+  p.sin_b = stride_of(sin, 0), p.sin_s = stride_of(sin, 1);
+  if (rdim == 0) p.cos = p.sin = in0.const_data_ptr();  // nothing to rotate; keep them aligned
+  p.batch = batch;
+  p.seq = seq;
+  p.batch32 = static_cast<uint32_t>(std::min<int64_t>(batch, UINT32_MAX));
+  p.half = static_cast<int>(rdim / 2);
+  p.pass_start = static_cast<int>(rdim);
+
+  const int xs = static_cast<int>(in0.element_size());
+  const int cs = static_cast<int>(cos.element_size());
+  const int64_t cols = interleaved ? dim : std::gcd(rdim / 2, dim);
+  const int u = pick_unit(p, xs, cs, cols);
+  const int unit = interleaved ? std::max(u, 2) : u;
+  p.rot_items = static_cast<int>((interleaved ? dim : rdim / 2) / unit);
+  p.pass_items = interleaved ? 0 : static_cast<int>((dim - rdim) / unit);
+  p.lanes = std::min(kMaxLanes, pow2_ceil(std::max({p.rot_items, p.pass_items, 1})));
+  p.slots = std::min(pow2_floor(heads), std::max(1, kGroupTarget / p.lanes));
+  const int per_block = kBlock / (p.lanes * p.slots);
+  const int64_t max_blocks = static_cast<int64_t>(rope_sm_count(in0.device().index())) * 32;
+  const unsigned grid = static_cast<unsigned>(std::min(ceil_div(tokens, per_block), max_blocks));
+  const int64_t step = static_cast<int64_t>(grid) * per_block;
+  p.step_s = step / batch;
+  p.step_b = step % batch;
+
+  dispatch_float(in0.scalar_type(), [&](auto xt) {
+    using Tx = typename decltype(xt)::type;
+    dispatch_float(cos.scalar_type(), [&](auto ct) {
+      using Tc = typename decltype(ct)::type;
+      if constexpr (std::is_same_v<Tc, Tx> || std::is_same_v<Tc, float>) {
+        dispatch_vec(u, [&](auto n) {
+          constexpr int U = decltype(n)::value;
+          if constexpr (U * sizeof(Tx) <= 16) {
+            if (interleaved) {
+              if constexpr (std::is_same_v<Tc, float>) {
+                rope_kernel<Tx, Tc, U, true><<<grid, kBlock, 0, stream>>>(p);
+                C10_CUDA_KERNEL_LAUNCH_CHECK();
+              } else {
+                TORCH_CHECK(false, "ltx_kernels.rope_interleaved: tables must be float32");
+              }
+            } else {
+              rope_kernel<Tx, Tc, U, false><<<grid, kBlock, 0, stream>>>(p);
+              C10_CUDA_KERNEL_LAUNCH_CHECK();
+            }
+          } else {
+            TORCH_CHECK(false, "ltx_kernels.rope: internal error: unit ", U);
+          }
+        });
+      } else {
+        TORCH_CHECK(false, "ltx_kernels.rope: tables must be float32 or the input dtype");
+      }
+    });
+  });
+}
+
+}  // namespace ltx

@@ -1,0 +1,130 @@
+"""Rotary position embeddings: LTX-Video interleaved pairs and transformers rotate-half.
+
+Two layouts, as separate entry points (shared/docs/op-semantics.md section 3):
+
+* interleaved (``rope_interleaved*``): pairs ``(2i, 2i+1)`` across the whole last dim,
+  as ``diffusers.models.transformers.transformer_ltx.apply_rotary_emb`` applies it to
+  q/k ``[B, S, inner_dim]`` before the split into heads. Tables are float32; the math is
+  fp32 and rounds once to x's dtype, bit-exact with the diffusers function.
+* rotate-half (``rope_rotate_half*``): pairs ``(i, i + R/2)`` within each head, as
+  ``transformers...modeling_llama.apply_rotary_pos_emb``; with ``R = cos.shape[-1]``
+  smaller than head_dim only the first R channels rotate (GPT-NeoX / Phi partial rotary).
+  Tables in q's dtype reproduce eager's step rounding bit for bit; float32 tables compute
+  in fp32 and round once. Outputs always have q's (k's) dtype.
+"""
+
+from typing import Optional, Tuple
+
+import torch
+
+from ._ops import add_op_namespace_prefix, ops
+
+
+def rope_interleaved(
+    x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *, out: Optional[torch.Tensor] = None
+) -> torch.Tensor:
+    """LTX-Video RoPE: ``out[2i] = x[2i]*cos[2i] - x[2i+1]*sin[2i]``,
+    ``out[2i+1] = x[2i+1]*cos[2i+1] + x[2i]*sin[2i+1]``, in fp32, cast once to x's dtype.
+
+    ``x``: ``[..., S, D]`` (D even), float32/float16/bfloat16. ``cos``/``sin``: float32
+    ``[S, D]`` or ``[B, S, D]`` broadcastable to x (a stride-0 expanded batch is read
+    without a copy). Identity pairs (LTX's front padding, cos=1, sin=0) pass x through
+    unchanged. ``out``, if given, receives the result and is returned; it may be ``x``.
+    """
+    if out is None:
+        return ops.rope_interleaved(x, cos, sin)
+    ops.rope_interleaved_out(out, x, cos, sin)
+    return out
+
+
+def rope_interleaved_qk(
+    q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *, inplace: bool = False
+) -> Tuple[torch.Tensor, torch.Tensor]:
+    """``rope_interleaved`` on q and k (same shape and dtype) in one launch; the tables
+    are read once per token for both. q/k may be row-strided views of a fused
+    projection. ``inplace=True`` writes into q and k and returns them."""
+    if inplace:
+        ops.rope_interleaved_qk_out(q, k, q, k, cos, sin)
+        return q, k
+    q_out, k_out = ops.rope_interleaved_qk(q, k, cos, sin)
+    return q_out, k_out
+
+
+def rope_rotate_half(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    unsqueeze_dim: int = 1,
+    *,
+    inplace: bool = False,
+) -> Tuple[torch.Tensor, torch.Tensor]:
+    """transformers' ``apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim)``:
+    ``q*cos + rotate_half(q)*sin`` per head, q and k in one launch.
+
+    ``q``: ``[B, H, S, Dh]`` for ``unsqueeze_dim=1`` or ``[B, S, H, Dh]`` for 2; ``k`` the
+    same but may have fewer heads (GQA). ``cos``/``sin``: ``[B, S, R]`` or ``[S, R]``
+    (taken as ``[1, S, R]``), in q's dtype or float32, R even and <= Dh; channels ``>= R``
+    pass through (partial rotary, as GPT-NeoX slices by ``cos.shape[-1]``).
+    ``inplace=True`` writes into q and k and returns them.
+    """
+    if inplace:
+        ops.rope_rotate_half_out(q, k, q, k, cos, sin, unsqueeze_dim)
+        return q, k
+    q_out, k_out = ops.rope_rotate_half(q, k, cos, sin, unsqueeze_dim)
+    return q_out, k_out
+
+
+def rope_rotate_half_single(
+    x: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    unsqueeze_dim: int = 1,
+    *,
+    inplace: bool = False,
+) -> torch.Tensor:
+    """``rope_rotate_half`` for one tensor (q alone or k alone)."""
+    if inplace:
+        ops.rope_rotate_half_single_out(x, x, cos, sin, unsqueeze_dim)
+        return x
+    return ops.rope_rotate_half_single(x, cos, sin, unsqueeze_dim)
+
+
+@torch.library.register_fake(add_op_namespace_prefix("rope_interleaved"))
+def _rope_interleaved_fake(x, cos, sin):
+    return x.new_empty(x.shape)
+
+
+@torch.library.register_fake(add_op_namespace_prefix("rope_interleaved_out"))
+def _rope_interleaved_out_fake(out, x, cos, sin):
+    return None
+
+
+@torch.library.register_fake(add_op_namespace_prefix("rope_interleaved_qk"))
+def _rope_interleaved_qk_fake(q, k, cos, sin):
+    return q.new_empty(q.shape), k.new_empty(k.shape)
+
+
+@torch.library.register_fake(add_op_namespace_prefix("rope_interleaved_qk_out"))
+def _rope_interleaved_qk_out_fake(q_out, k_out, q, k, cos, sin):
+    return None
+
+
+@torch.library.register_fake(add_op_namespace_prefix("rope_rotate_half"))
+def _rope_rotate_half_fake(q, k, cos, sin, unsqueeze_dim):
+    return q.new_empty(q.shape), k.new_empty(k.shape)
+
+
+@torch.library.register_fake(add_op_namespace_prefix("rope_rotate_half_out"))
+def _rope_rotate_half_out_fake(q_out, k_out, q, k, cos, sin, unsqueeze_dim):
+    return None
+
+
+@torch.library.register_fake(add_op_namespace_prefix("rope_rotate_half_single"))
+def _rope_rotate_half_single_fake(x, cos, sin, unsqueeze_dim):
+    return x.new_empty(x.shape)
+
+
+@torch.library.register_fake(add_op_namespace_prefix("rope_rotate_half_single_out"))
+def _rope_rotate_half_single_out_fake(out, x, cos, sin, unsqueeze_dim):
+    return None
