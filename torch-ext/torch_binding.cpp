@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "ops/rms_norm.h"
+#include "ops/adaln.h"
 #include "registration.h"
 
 namespace {
@@ -77,6 +78,19 @@ TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, ops) {
   ops.def("rms_norm_out(Tensor! out, Tensor x, Tensor? weight, float eps, int semantics) -> ()");
   impl(ops, "rms_norm", TORCH_FN(ltx::rms_norm));
   impl(ops, "rms_norm_out", TORCH_FN(ltx::rms_norm_out));
+
+  // AdaLN modulation norm(x) * (1 + scale) + shift (norm: 0 diffusers RMSNorm, 1 LayerNorm),
+  // and the gated residual x + y * gate; both round like the unfused eager chain.
+  ops.def("adaln(Tensor x, Tensor scale, Tensor? shift, Tensor? weight, float eps, int norm) -> Tensor");
+  ops.def("adaln_out(Tensor! out, Tensor x, Tensor scale, Tensor? shift, Tensor? weight, float eps, int norm) -> ()");
+  ops.def("gated_residual(Tensor x, Tensor y, Tensor gate) -> Tensor");
+  ops.def("gated_residual_out(Tensor! out, Tensor x, Tensor y, Tensor gate) -> ()");
+  ops.def("gated_residual_inplace(Tensor(a!) x, Tensor y, Tensor gate) -> ()");
+  impl(ops, "adaln", TORCH_FN(ltx::adaln));
+  impl(ops, "adaln_out", TORCH_FN(ltx::adaln_out));
+  impl(ops, "gated_residual", TORCH_FN(ltx::gated_residual));
+  impl(ops, "gated_residual_out", TORCH_FN(ltx::gated_residual_out));
+  impl(ops, "gated_residual_inplace", TORCH_FN(ltx::gated_residual_inplace));
 }
 
 REGISTER_EXTENSION(TORCH_EXTENSION_NAME)
