@@ -15,6 +15,7 @@
 #include "ops/rms_norm.h"
 #include "ops/activation.h"
 #include "ops/rope.h"
+#include "ops/adaln.h"
 #include "registration.h"
 
 namespace {
@@ -120,6 +121,19 @@ TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, ops) {
   impl(ops, "rope_rotate_half_out", TORCH_FN(ltx::rope_rotate_half_out));
   impl(ops, "rope_rotate_half_single", TORCH_FN(ltx::rope_rotate_half_single));
   impl(ops, "rope_rotate_half_single_out", TORCH_FN(ltx::rope_rotate_half_single_out));
+
+  // AdaLN modulation norm(x) * (1 + scale) + shift (norm: 0 diffusers RMSNorm, 1 LayerNorm),
+  // and the gated residual x + y * gate; both round like the unfused eager chain.
+  ops.def("adaln(Tensor x, Tensor scale, Tensor? shift, Tensor? weight, float eps, int norm) -> Tensor");
+  ops.def("adaln_out(Tensor! out, Tensor x, Tensor scale, Tensor? shift, Tensor? weight, float eps, int norm) -> ()");
+  ops.def("gated_residual(Tensor x, Tensor y, Tensor gate) -> Tensor");
+  ops.def("gated_residual_out(Tensor! out, Tensor x, Tensor y, Tensor gate) -> ()");
+  ops.def("gated_residual_inplace(Tensor(a!) x, Tensor y, Tensor gate) -> ()");
+  impl(ops, "adaln", TORCH_FN(ltx::adaln));
+  impl(ops, "adaln_out", TORCH_FN(ltx::adaln_out));
+  impl(ops, "gated_residual", TORCH_FN(ltx::gated_residual));
+  impl(ops, "gated_residual_out", TORCH_FN(ltx::gated_residual_out));
+  impl(ops, "gated_residual_inplace", TORCH_FN(ltx::gated_residual_inplace));
 }
 
 REGISTER_EXTENSION(TORCH_EXTENSION_NAME)

@@ -70,3 +70,36 @@ void rope_launch(const at::Tensor& out0, const at::Tensor& in0, const at::Tensor
                  RopeLayout layout);
 
 }  // namespace ltx
+
+// ---- AdaLN modulation and gated residual (adaln family) ----------------------------
+#include "ops/row_index.h"
+
+namespace ltx {
+
+// The norm in adaln: 0 diffusers RMSNorm, 1 LayerNorm without bias (over the last dim).
+enum class AdaLnNorm : int64_t { kRms = 0, kLayer = 1 };
+
+// The eager op boundaries adaln reproduces; each is a dtype the value is rounded
+// to (kFloat: fp32, i.e. no extra rounding). See torch-ext/ops/adaln.cpp.
+struct AdaLnRounding {
+  at::ScalarType mid;     // normalised value before the weight multiply
+  at::ScalarType norm;    // norm(x), after the weight multiply
+  at::ScalarType scale1;  // 1 + scale
+  at::ScalarType prod;    // norm(x) * (1 + scale)
+};
+
+// out2d[r, :] = round_out(round_prod(n * round_scale1(1 + scale_r)) + shift_r), where
+// n = round_norm(round_mid(normalised x2d[r, :]) * weight) and scale_r / shift_r
+// start at the row-space offsets of operands 0 / 1 (row_index.h), last dim contiguous.
+// x2d, out2d: [rows, cols], stride(1) == 1. weight: none, or fp32 [cols], contiguous,
+// 16-byte aligned.
+void adaln_launch(const at::Tensor& out2d, const at::Tensor& x2d, const at::Tensor& scale,
+                  const std::optional<at::Tensor>& shift, const std::optional<at::Tensor>& weight,
+                  const RowSpace& rows, double eps, AdaLnNorm norm, const AdaLnRounding& rounding);
+
+// out2d[r, :] = round_out(x2d[r, :] + round_prod(y_r * gate_r)); y / gate are row-space
+// operands 0 / 1. out2d may be x2d itself (each element is read before it is written).
+void gated_residual_launch(const at::Tensor& out2d, const at::Tensor& x2d, const at::Tensor& y,
+                           const at::Tensor& gate, const RowSpace& rows, at::ScalarType prod);
+
+}  // namespace ltx

@@ -1,0 +1,478 @@
+// AdaLN modulation and gated residual on CUDA.
+//
+// adaln: one group of `tpr` threads per row (a power of two, up to 512; several
+// rows per block when tpr < 256), grid-stride over rows. Each thread issues the
+// loads of up to kCached vectors of x, scale and shift of its row at once (so a
+// row is read from memory once and many bytes are in flight), reduces in fp32,
+// then writes norm(x) * (1 + scale) + shift with the eager chain's rounding
+// points (torch_binding.h). Rows longer than tpr * kCached vectors re-read the
+// remainder. scale/shift rows are found through the RowSpace (row_index.h):
+// broadcast and strided views are read in place.
+//
+// gated_residual: the same row groups without a reduction.
+//
+// Fast paths are typed (16-byte vectors when every operand allows it); rarer
+// dtype mixes and vector width 1 take one generic kernel that converts each
+// element by its run-time dtype, to keep the number of instantiations small.
+#include <algorithm>
+#include <type_traits>
+
+#include "../torch-ext/torch_binding.h"
+#include "common/dispatch.cuh"
+#include "common/reduce.cuh"
+#include "common/vec.cuh"
+
+namespace ltx::cuda {
+namespace {
+
+// Vectors per thread and operand held in registers, which is also what the
+// launch aims for: 4, or 2 when the widest operand moves 16 bytes per vector
+// (three 16-byte operands x 4 would not fit in 128 registers).
+constexpr int cached_for(int widest_vector_bytes) { return widest_vector_bytes >= 16 ? 2 : 4; }
+constexpr int kBlock = 256;          // threads per block when rows are short
+constexpr int kMaxTpr = 512;         // threads per row at most (register budget: 128)
+
+// Dtype codes for the generic kernel.
+constexpr int kF32 = 0, kF16 = 1, kBF16 = 2;
+
+int dtype_code(at::ScalarType t) {
+  switch (t) {
+    case at::kHalf: return kF16;
+    case at::kBFloat16: return kBF16;
+    default: return kF32;
+  }
+}
+
+// Element access: a typed N-wide vector, or one element of a run-time dtype.
+template <typename T, int N>
+struct TypedIo {
+  static constexpr int kN = N;
+  using Raw = Vec<T, N>;
+  __device__ __forceinline__ static Raw load(const void* base, int64_t off, int /*dtype*/) {
+    return Raw::load(static_cast<const T*>(base) + off);
+  }
+  __device__ __forceinline__ static float get(const Raw& r, int k) { return to_float(r.v[k]); }
+  __device__ __forceinline__ static void store(void* base, int64_t off, int /*dtype*/,
+                                               const float (&f)[N]) {
+    Vec<T, N> o;
+#pragma unroll
+    for (int k = 0; k < N; ++k) o.v[k] = from_float<T>(f[k]);
+    o.store(static_cast<T*>(base) + off);
+  }
+};
+
+struct AnyIo {
+  static constexpr int kN = 1;
+  struct Raw {
+    float v;
+  };
+  __device__ __forceinline__ static Raw load(const void* base, int64_t off, int dtype) {
+    switch (dtype) {
+      case kF16: return {to_float(Vec<__half, 1>::load(static_cast<const __half*>(base) + off).v[0])};
+      case kBF16:
+        return {to_float(
+            Vec<__nv_bfloat16, 1>::load(static_cast<const __nv_bfloat16*>(base) + off).v[0])};
+      default: return {Vec<float, 1>::load(static_cast<const float*>(base) + off).v[0]};
+    }
+  }
+  __device__ __forceinline__ static float get(const Raw& r, int /*k*/) { return r.v; }
+  __device__ __forceinline__ static void store(void* base, int64_t off, int dtype,
+                                               const float (&f)[1]) {
+    switch (dtype) {
+      case kF16: static_cast<__half*>(base)[off] = from_float<__half>(f[0]); break;
+      case kBF16: static_cast<__nv_bfloat16*>(base)[off] = from_float<__nv_bfloat16>(f[0]); break;
+      default: static_cast<float*>(base)[off] = f[0];
+    }
+  }
+};
+
+// N consecutive fp32 weights (16-byte aligned base), at most 16 bytes per access.
+template <int N>
+__device__ __forceinline__ void load_weight(const float* w, int64_t off, float (&f)[N]) {
+  if constexpr (N == 8) {
+    const Vec<float, 4> a = Vec<float, 4>::load(w + off);
+    const Vec<float, 4> b = Vec<float, 4>::load(w + off + 4);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      f[k] = a.v[k];
+      f[k + 4] = b.v[k];
+    }
+  } else {
+    const Vec<float, N> a = Vec<float, N>::load(w + off);
+#pragma unroll
+    for (int k = 0; k < N; ++k) f[k] = a.v[k];
+  }
+}
+
+struct Launch {
+  int tpr;
+  int block;
+  unsigned grid;
+};
+
+int sm_count(int device) {
+  static int counts[64] = {};
+  if (device < 0 || device >= 64) return 132;
+  if (counts[device] == 0) {
+    C10_CUDA_CHECK(cudaDeviceGetAttribute(&counts[device], cudaDevAttrMultiProcessorCount, device));
+  }
+  return counts[device];
+}
+
+Launch plan_launch(int64_t rows, int64_t nvec, int per_thread, int device) {
+  Launch l;
+  l.tpr = std::min(kMaxTpr, pow2_ceil(ceil_div(nvec, per_thread)));
+  l.block = std::max(l.tpr, kBlock);
+  const int64_t groups = l.block / l.tpr;
+  // Grid-stride over rows beyond the grid; 64 blocks per SM is plenty to balance.
+  const int64_t max_blocks = static_cast<int64_t>(sm_count(device)) * 64;
+  l.grid = static_cast<unsigned>(std::min(ceil_div(rows, groups), max_blocks));
+  return l;
+}
+
+// ---- adaln -------------------------------------------------------------------------
+
+struct AdaLnParams {
+  const void* x;
+  const void* scale;
+  const void* shift;  // nullptr: no shift
+  const float* w;     // nullptr: no weight
+  void* out;
+  int64_t rows;
+  int64_t x_stride;    // elements between rows
+  int64_t out_stride;  // elements between rows
+  RowSpace rs;         // operand 0: scale, 1: shift
+  int cols;
+  int tpr;
+  float eps;
+  bool layer;  // LayerNorm (else RMSNorm)
+  Round mid, norm, scale1, prod;
+  int dx, ds, dh, dout;  // dtype codes (generic kernel)
+};
+
+template <class IoX, class IoM, class IoO>
+__global__ void __launch_bounds__(kMaxTpr, 1) adaln_kernel(AdaLnParams p) {
+  constexpr int N = IoX::kN;
+  static_assert(IoM::kN == N && IoO::kN == N, "one vector width");
+  constexpr int kCached = cached_for(static_cast<int>(
+      std::max({sizeof(typename IoX::Raw), sizeof(typename IoM::Raw), sizeof(typename IoO::Raw)})));
+  __shared__ float scratch[kMaxWarpsPerBlock];
+
+  const int nvec = p.cols / N;
+  const int lane = threadIdx.x % p.tpr;
+  const int groups = blockDim.x / p.tpr;
+  const float inv_cols = 1.0f / static_cast<float>(p.cols);
+  const bool has_shift = p.shift != nullptr;
+
+  // Every thread runs the same number of iterations: row_sum needs all of them.
+  for (int64_t base = static_cast<int64_t>(blockIdx.x) * groups; base < p.rows;
+       base += static_cast<int64_t>(gridDim.x) * groups) {
+    const int64_t row = base + threadIdx.x / p.tpr;
+    const bool active = row < p.rows;
+    const int64_t r = active ? row : 0;
+    int64_t off[2];
+    p.rs.offsets<2>(r, off);
+    const int64_t xo = r * p.x_stride;
+    const int64_t oo = r * p.out_stride;
+
+    typename IoX::Raw xc[kCached];
+    typename IoM::Raw sc[kCached], hc[kCached] = {};
+#pragma unroll
+    for (int i = 0; i < kCached; ++i) {
+      const int j = lane + i * p.tpr;
+      if (active && j < nvec) {
+        xc[i] = IoX::load(p.x, xo + static_cast<int64_t>(j) * N, p.dx);
+        sc[i] = IoM::load(p.scale, off[0] + static_cast<int64_t>(j) * N, p.ds);
+        if (has_shift) hc[i] = IoM::load(p.shift, off[1] + static_cast<int64_t>(j) * N, p.dh);
+      }
+    }
+
+    // Statistics in fp32: mean of squares (rms), or mean then centred variance (layer).
+    float mean = 0.f;
+    if (p.layer) {
+      float s = 0.f;
+#pragma unroll
+      for (int i = 0; i < kCached; ++i) {
+        const int j = lane + i * p.tpr;
+        if (active && j < nvec) {
+#pragma unroll
+          for (int k = 0; k < N; ++k) s += IoX::get(xc[i], k);
+        }
+      }
+      for (int j = lane + kCached * p.tpr; active && j < nvec; j += p.tpr) {
+        const auto v = IoX::load(p.x, xo + static_cast<int64_t>(j) * N, p.dx);
+#pragma unroll
+        for (int k = 0; k < N; ++k) s += IoX::get(v, k);
+      }
+      mean = row_sum(s, p.tpr, scratch) * inv_cols;
+    }
+    float ss = 0.f;
+#pragma unroll
+    for (int i = 0; i < kCached; ++i) {
+      const int j = lane + i * p.tpr;
+      if (active && j < nvec) {
+#pragma unroll
+        for (int k = 0; k < N; ++k) {
+          const float d = IoX::get(xc[i], k) - mean;
+          ss += d * d;
+        }
+      }
+    }
+    for (int j = lane + kCached * p.tpr; active && j < nvec; j += p.tpr) {
+      const auto v = IoX::load(p.x, xo + static_cast<int64_t>(j) * N, p.dx);
+#pragma unroll
+      for (int k = 0; k < N; ++k) {
+        const float d = IoX::get(v, k) - mean;
+        ss += d * d;
+      }
+    }
+    ss = row_sum(ss, p.tpr, scratch);
+    const float inv = rsqrtf(ss * inv_cols + p.eps);
+
+    // Each product and sum is a separate eager op: __fmul_rn/__fadd_rn, no FMA.
+    auto finish = [&](const typename IoX::Raw& xv, const typename IoM::Raw& sv,
+                      const typename IoM::Raw& hv, int j) {
+      float wv[N];
+      if (p.w != nullptr) load_weight<N>(p.w, static_cast<int64_t>(j) * N, wv);
+      float o[N];
+#pragma unroll
+      for (int k = 0; k < N; ++k) {
+        float n = round_through(__fmul_rn(IoX::get(xv, k) - mean, inv), p.mid);
+        if (p.w != nullptr) n = __fmul_rn(n, wv[k]);
+        n = round_through(n, p.norm);
+        const float s1 = round_through(__fadd_rn(1.0f, IoM::get(sv, k)), p.scale1);
+        float m = __fmul_rn(n, s1);
+        if (has_shift) m = __fadd_rn(round_through(m, p.prod), IoM::get(hv, k));
+        o[k] = m;
+      }
+      IoO::store(p.out, oo + static_cast<int64_t>(j) * N, p.dout, o);
+    };
+#pragma unroll
+    for (int i = 0; i < kCached; ++i) {
+      const int j = lane + i * p.tpr;
+      if (active && j < nvec) finish(xc[i], sc[i], hc[i], j);
+    }
+    for (int j = lane + kCached * p.tpr; active && j < nvec; j += p.tpr) {
+      const int64_t e = static_cast<int64_t>(j) * N;
+      typename IoM::Raw hv{};
+      if (has_shift) hv = IoM::load(p.shift, off[1] + e, p.dh);
+      finish(IoX::load(p.x, xo + e, p.dx), IoM::load(p.scale, off[0] + e, p.ds), hv, j);
+    }
+  }
+}
+
+// ---- gated residual ------------------------------------------------------------------
+
+struct GateParams {
+  const void* x;
+  const void* y;
+  const void* gate;
+  void* out;
+  int64_t rows;
+  int64_t x_stride;
+  int64_t out_stride;
+  RowSpace rs;  // operand 0: y, 1: gate
+  int cols;
+  int tpr;
+  Round prod;
+  int dx, dy, dg, dout;
+};
+
+template <class IoX, class IoY, class IoG, class IoO>
+__global__ void __launch_bounds__(kMaxTpr, 1) gated_residual_kernel(GateParams p) {
+  constexpr int N = IoX::kN;
+  static_assert(IoY::kN == N && IoG::kN == N && IoO::kN == N, "one vector width");
+  constexpr int kCached = cached_for(static_cast<int>(
+      std::max({sizeof(typename IoX::Raw), sizeof(typename IoY::Raw), sizeof(typename IoG::Raw),
+                sizeof(typename IoO::Raw)})));
+  const int nvec = p.cols / N;
+  const int lane = threadIdx.x % p.tpr;
+  const int groups = blockDim.x / p.tpr;
+
+  for (int64_t row = static_cast<int64_t>(blockIdx.x) * groups + threadIdx.x / p.tpr;
+       row < p.rows; row += static_cast<int64_t>(gridDim.x) * groups) {
+    int64_t off[2];
+    p.rs.offsets<2>(row, off);
+    const int64_t xo = row * p.x_stride;
+    const int64_t oo = row * p.out_stride;
+    // Batches of kCached vectors: all loads first (bytes in flight), then the stores.
+    for (int j0 = lane; j0 < nvec; j0 += kCached * p.tpr) {
+      typename IoX::Raw xc[kCached];
+      typename IoY::Raw yc[kCached];
+      typename IoG::Raw gc[kCached];
+#pragma unroll
+      for (int i = 0; i < kCached; ++i) {
+        const int j = j0 + i * p.tpr;
+        if (j < nvec) {
+          const int64_t e = static_cast<int64_t>(j) * N;
+          xc[i] = IoX::load(p.x, xo + e, p.dx);
+          yc[i] = IoY::load(p.y, off[0] + e, p.dy);
+          gc[i] = IoG::load(p.gate, off[1] + e, p.dg);
+        }
+      }
+#pragma unroll
+      for (int i = 0; i < kCached; ++i) {
+        const int j = j0 + i * p.tpr;
+        if (j < nvec) {
+          float o[N];
+#pragma unroll
+          for (int k = 0; k < N; ++k) {
+            const float prod = round_through(__fmul_rn(IoY::get(yc[i], k), IoG::get(gc[i], k)), p.prod);
+            o[k] = __fadd_rn(IoX::get(xc[i], k), prod);
+          }
+          IoO::store(p.out, oo + static_cast<int64_t>(j) * N, p.dout, o);
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace ltx::cuda
+
+namespace ltx {
+
+void adaln_launch(const at::Tensor& out2d, const at::Tensor& x2d, const at::Tensor& scale,
+                  const std::optional<at::Tensor>& shift, const std::optional<at::Tensor>& weight,
+                  const RowSpace& rows, double eps, AdaLnNorm norm, const AdaLnRounding& r) {
+  using namespace ltx::cuda;
+  const c10::cuda::CUDAGuard guard(x2d.device());
+  cudaStream_t stream = c10::cuda::getCurrentCUDAStream(x2d.device().index()).stream();
+
+  AdaLnParams p{};
+  p.x = x2d.const_data_ptr();
+  p.scale = scale.const_data_ptr();
+  p.shift = shift ? shift->const_data_ptr() : nullptr;
+  p.w = weight ? weight->const_data_ptr<float>() : nullptr;
+  p.out = out2d.mutable_data_ptr();
+  p.rows = x2d.size(0);
+  p.x_stride = x2d.size(0) > 1 ? x2d.stride(0) : 0;
+  p.out_stride = out2d.size(0) > 1 ? out2d.stride(0) : 0;
+  p.rs = rows;
+  TORCH_CHECK(x2d.size(1) <= INT32_MAX, "ltx_kernels.adaln: last dim too large");
+  p.cols = static_cast<int>(x2d.size(1));
+  p.eps = static_cast<float>(eps);
+  p.layer = norm == AdaLnNorm::kLayer;
+  p.mid = round_kind(r.mid);
+  p.norm = round_kind(r.norm);
+  p.scale1 = round_kind(r.scale1);
+  p.prod = round_kind(r.prod);
+  const at::ScalarType xt = x2d.scalar_type(), st = scale.scalar_type(),
+                       ht = shift ? shift->scalar_type() : st, ot = out2d.scalar_type();
+  p.dx = dtype_code(xt);
+  p.ds = dtype_code(st);
+  p.dh = dtype_code(ht);
+  p.dout = dtype_code(ot);
+
+  const int vec = pick_vec_width(
+      p.cols, {{p.x, x2d.element_size(), p.x_stride},
+               {p.out, out2d.element_size(), p.out_stride},
+               {p.scale, scale.element_size(), rows.stride_gcd(0)},
+               {p.shift ? p.shift : p.scale, shift ? shift->element_size() : scale.element_size(),
+                rows.stride_gcd(shift ? 1 : 0)}});
+  const int64_t widest = std::max({x2d.element_size(), out2d.element_size(), scale.element_size(),
+                                   shift ? shift->element_size() : 1});
+  const Launch l = plan_launch(p.rows, p.cols / vec, cached_for(static_cast<int>(vec * widest)),
+                               x2d.device().index());
+  p.tpr = l.tpr;
+
+  // Fast paths: x, scale/shift and out all of one dtype, or half x with fp32
+  // modulation (and fp32 out); vector width >= 2.
+  bool done = false;
+  auto try_fast = [&](auto xtag, auto mtag, auto otag) {
+    using Tx = typename decltype(xtag)::type;
+    using Tm = typename decltype(mtag)::type;
+    using To = typename decltype(otag)::type;
+    dispatch_vec(vec, [&](auto n) {
+      constexpr int N = decltype(n)::value;
+      constexpr size_t widest = std::max({sizeof(Tx), sizeof(Tm), sizeof(To)});
+      if constexpr (N >= 2 && N * widest <= 16) {
+        adaln_kernel<TypedIo<Tx, N>, TypedIo<Tm, N>, TypedIo<To, N>>
+            <<<l.grid, l.block, 0, stream>>>(p);
+        C10_CUDA_KERNEL_LAUNCH_CHECK();
+        done = true;
+      }
+    });
+  };
+  if (st == ht && vec >= 2) {
+    if (xt == st && ot == xt) {
+      dispatch_float(xt, [&](auto t) { try_fast(t, t, t); });
+    } else if (st == at::kFloat && ot == at::kFloat && xt != at::kFloat) {
+      dispatch_float(xt, [&](auto t) {
+        using T = typename decltype(t)::type;
+        if constexpr (!std::is_same_v<T, float>) try_fast(t, TypeTag<float>{}, TypeTag<float>{});
+      });
+    }
+  }
+  if (!done) {
+    adaln_kernel<AnyIo, AnyIo, AnyIo><<<l.grid, l.block, 0, stream>>>(p);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  }
+}
+
+void gated_residual_launch(const at::Tensor& out2d, const at::Tensor& x2d, const at::Tensor& y,
+                           const at::Tensor& gate, const RowSpace& rows, at::ScalarType prod) {
+  using namespace ltx::cuda;
+  const c10::cuda::CUDAGuard guard(x2d.device());
+  cudaStream_t stream = c10::cuda::getCurrentCUDAStream(x2d.device().index()).stream();
+
+  GateParams p{};
+  p.x = x2d.const_data_ptr();
+  p.y = y.const_data_ptr();
+  p.gate = gate.const_data_ptr();
+  p.out = out2d.mutable_data_ptr();
+  p.rows = x2d.size(0);
+  p.x_stride = x2d.size(0) > 1 ? x2d.stride(0) : 0;
+  p.out_stride = out2d.size(0) > 1 ? out2d.stride(0) : 0;
+  p.rs = rows;
+  TORCH_CHECK(x2d.size(1) <= INT32_MAX, "ltx_kernels.gated_residual: last dim too large");
+  p.cols = static_cast<int>(x2d.size(1));
+  p.prod = round_kind(prod);
+  const at::ScalarType xt = x2d.scalar_type(), yt = y.scalar_type(), gt = gate.scalar_type(),
+                       ot = out2d.scalar_type();
+  p.dx = dtype_code(xt);
+  p.dy = dtype_code(yt);
+  p.dg = dtype_code(gt);
+  p.dout = dtype_code(ot);
+
+  const int vec = pick_vec_width(p.cols, {{p.x, x2d.element_size(), p.x_stride},
+                                          {p.out, out2d.element_size(), p.out_stride},
+                                          {p.y, y.element_size(), rows.stride_gcd(0)},
+                                          {p.gate, gate.element_size(), rows.stride_gcd(1)}});
+  const int64_t widest = std::max({x2d.element_size(), out2d.element_size(), y.element_size(),
+                                   gate.element_size()});
+  const Launch l = plan_launch(p.rows, p.cols / vec, cached_for(static_cast<int>(vec * widest)),
+                               x2d.device().index());
+  p.tpr = l.tpr;
+
+  // Fast paths: one dtype throughout, or fp32 x/gate/out with a half y (Wan's
+  // x.float() + attn_out * gate); vector width >= 2.
+  bool done = false;
+  auto try_fast = [&](auto xtag, auto ytag) {
+    using Tx = typename decltype(xtag)::type;
+    using Ty = typename decltype(ytag)::type;
+    dispatch_vec(vec, [&](auto n) {
+      constexpr int N = decltype(n)::value;
+      constexpr size_t widest = std::max(sizeof(Tx), sizeof(Ty));
+      if constexpr (N >= 2 && N * widest <= 16) {
+        gated_residual_kernel<TypedIo<Tx, N>, TypedIo<Ty, N>, TypedIo<Tx, N>, TypedIo<Tx, N>>
+            <<<l.grid, l.block, 0, stream>>>(p);
+        C10_CUDA_KERNEL_LAUNCH_CHECK();
+        done = true;
+      }
+    });
+  };
+  if (vec >= 2 && gt == xt && ot == xt) {
+    if (yt == xt) {
+      dispatch_float(xt, [&](auto t) { try_fast(t, t); });
+    } else if (xt == at::kFloat) {
+      dispatch_float(yt, [&](auto t) { try_fast(TypeTag<float>{}, t); });
+    }
+  }
+  if (!done) {
+    gated_residual_kernel<AnyIo, AnyIo, AnyIo, AnyIo><<<l.grid, l.block, 0, stream>>>(p);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  }
+}
+
+}  // namespace ltx
