@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One call on the GPU machine (the device tool): build the CUDA variant for the
 # local GPU and the CPU variant, run the whole test suite on CUDA, then the
-# example; logs go to $OUT. Usage: bash tools/device_run.sh [pytest args...]
+# example; logs go to $OUT. Usage: bash tools/device_run.sh [test paths / pytest args]
 # Carry .whl/ (kernels, tomlkit, diffusers wheels): the machine has no network.
 set -uo pipefail
 export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
@@ -21,10 +21,14 @@ fi
   nvcc --version | tail -1
 } | tee "$OUT/env.txt"
 
-python3 tools/build.py --backend cuda --arch "${LTX_ARCH:-native}" -j 16 2>&1 | tee "$OUT/build_cuda.log" || exit 1
-python3 tools/build.py --backend cpu -j 16 2>&1 | tail -2 | tee "$OUT/build_cpu.log"
+export LTX_ARCH=${LTX_ARCH:-native}  # example.py builds with it too
+# Both variants at once: the CPU one serves the wrong-variant test.
+python3 tools/build.py --backend cpu -j 6 > "$OUT/build_cpu.log" 2>&1 &
+python3 tools/build.py --backend cuda --arch "$LTX_ARCH" -j 10 2>&1 | tee "$OUT/build_cuda.log" || exit 1
+wait
 
 export LOCAL_KERNELS="org/ltx-kernels=$PWD"
-python3 -m pytest tests -m kernels_ci -p no:cacheprovider -q -rs -x --durations=15 "$@" 2>&1 \
+[ $# -eq 0 ] && set -- tests
+python3 -m pytest "$@" -m kernels_ci -p no:cacheprovider -q -rfEs --durations=15 2>&1 \
   | tee "$OUT/pytest.log" | tail -60
 python3 example.py 2>&1 | tee "$OUT/example.log" | tail -30
