@@ -172,7 +172,8 @@ has_nvcc() {
 build() {  # sets VARIANT to the variant dir tools/build.py printed last
   local out
   out=$(mktemp)
-  "$PY" tools/build.py | tee "$out"
+  # LTX_ARCH=native (or 9.0,...) builds CUDA only for those capabilities: a quick GPU build.
+  "$PY" tools/build.py ${LTX_ARCH:+--arch "$LTX_ARCH"} | tee "$out"
   VARIANT=$(tail -n 1 "$out")
   rm -f "$out"
   [ -d "$VARIANT" ] || die "tools/build.py did not print a variant dir"

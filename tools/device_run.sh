@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One call on the GPU machine (the device tool): build the CUDA variant for the
 # local GPU and the CPU variant, run the whole test suite on CUDA, then the
-# example; logs go to $OUT. Usage: bash tools/device_run.sh [test paths / pytest args]
+# example; logs go to $OUT. Usage: bash tools/device_run.sh [extra pytest args]
 # Carry .whl/ (kernels, tomlkit, diffusers wheels): the machine has no network.
 set -uo pipefail
 export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
@@ -21,14 +21,9 @@ fi
   nvcc --version | tail -1
 } | tee "$OUT/env.txt"
 
-export LTX_ARCH=${LTX_ARCH:-native}  # example.py builds with it too
-# Both variants at once: the CPU one serves the wrong-variant test.
+export LTX_ARCH=${LTX_ARCH:-native}  # dev.sh and example.py build with it
+# The CPU variant (for the wrong-variant test) builds beside the README's test command.
 python3 tools/build.py --backend cpu -j 6 > "$OUT/build_cpu.log" 2>&1 &
-python3 tools/build.py --backend cuda --arch "$LTX_ARCH" -j 10 2>&1 | tee "$OUT/build_cuda.log" || exit 1
+bash tools/dev.sh test -rfEs --durations=15 "$@" 2>&1 | tee "$OUT/pytest.log" | tail -60
 wait
-
-export LOCAL_KERNELS="org/ltx-kernels=$PWD"
-[ $# -eq 0 ] && set -- tests
-python3 -m pytest "$@" -m kernels_ci -p no:cacheprovider -q -rfEs --durations=15 2>&1 \
-  | tee "$OUT/pytest.log" | tail -60
-python3 example.py 2>&1 | tee "$OUT/example.log" | tail -30
+bash tools/dev.sh example 2>&1 | tee "$OUT/example.log" | tail -30
