@@ -138,14 +138,6 @@ __global__ void __launch_bounds__(kBlock, kMinBlocks) act_kernel(ActParams p) {
   }
 }
 
-int sm_count(int device) {
-  static int counts[64] = {};
-  if (device < 0 || device >= 64) return 132;
-  if (counts[device] == 0) {
-    C10_CUDA_CHECK(cudaDeviceGetAttribute(&counts[device], cudaDevAttrMultiProcessorCount, device));
-  }
-  return counts[device];
-}
 
 // Chooses the launch shape for `rows` rows of `cols` elements moved N at a time,
 // fills the shape fields of p and launches.

@@ -110,14 +110,6 @@ struct Launch {
   unsigned grid;
 };
 
-int sm_count(int device) {
-  static int counts[64] = {};
-  if (device < 0 || device >= 64) return 132;
-  if (counts[device] == 0) {
-    C10_CUDA_CHECK(cudaDeviceGetAttribute(&counts[device], cudaDevAttrMultiProcessorCount, device));
-  }
-  return counts[device];
-}
 
 Launch plan_launch(int64_t rows, int64_t nvec, int per_thread, int device) {
   Launch l;

@@ -123,14 +123,6 @@ template <typename Tx, typename Tw, typename To>
 constexpr bool kValidTriple =
     std::is_same_v<To, Tx> || std::is_same_v<To, Tw> || std::is_same_v<To, float>;
 
-int sm_count(int device) {
-  static int counts[64] = {};
-  if (device < 0 || device >= 64) return 132;
-  if (counts[device] == 0) {
-    C10_CUDA_CHECK(cudaDeviceGetAttribute(&counts[device], cudaDevAttrMultiProcessorCount, device));
-  }
-  return counts[device];
-}
 
 }  // namespace
 }  // namespace ltx::cuda

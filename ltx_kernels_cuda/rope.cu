@@ -231,14 +231,6 @@ __global__ void __launch_bounds__(kBlock, kMinBlocks) rope_kernel(const RopePara
   }
 }
 
-int rope_sm_count(int device) {
-  static int counts[64] = {};
-  if (device < 0 || device >= 64) return 132;
-  if (counts[device] == 0) {
-    C10_CUDA_CHECK(cudaDeviceGetAttribute(&counts[device], cudaDevAttrMultiProcessorCount, device));
-  }
-  return counts[device];
-}
 
 // Stride of dim d, 0 where the dim has size 1 (it is never stepped).
 int64_t stride_of(const at::Tensor& t, int64_t d) { return t.size(d) > 1 ? t.stride(d) : 0; }
@@ -336,7 +328,7 @@ void rope_launch(const at::Tensor& out0, const at::Tensor& in0, const at::Tensor
   p.lanes = std::min(kMaxLanes, pow2_ceil(std::max({p.rot_items, p.pass_items, 1})));
   p.slots = std::min(pow2_floor(heads), std::max(1, kGroupTarget / p.lanes));
   const int per_block = kBlock / (p.lanes * p.slots);
-  const int64_t max_blocks = static_cast<int64_t>(rope_sm_count(in0.device().index())) * 32;
+  const int64_t max_blocks = static_cast<int64_t>(sm_count(in0.device().index())) * 32;
   const unsigned grid = static_cast<unsigned>(std::min(ceil_div(tokens, per_block), max_blocks));
   const int64_t step = static_cast<int64_t>(grid) * per_block;
   p.step_s = step / batch;

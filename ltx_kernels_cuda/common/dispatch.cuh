@@ -79,6 +79,16 @@ void dispatch_vec(int n, F&& f) {
 
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+// Multiprocessor count of a device, queried once per device.
+inline int sm_count(int device) {
+  static int counts[64] = {};
+  if (device < 0 || device >= 64) return 132;
+  if (counts[device] == 0) {
+    C10_CUDA_CHECK(cudaDeviceGetAttribute(&counts[device], cudaDevAttrMultiProcessorCount, device));
+  }
+  return counts[device];
+}
+
 inline int pow2_ceil(int64_t v) {
   int p = 1;
   while (p < v) p <<= 1;
