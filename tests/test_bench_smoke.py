@@ -1,0 +1,74 @@
+"""The benchmark scripts cannot rot: bench_ops.py --smoke runs end to end on the loaded
+variant (tiny shapes, no peers), and every benchmarks/benchmark.py workload passes the
+check `kernels benchmark` applies (allclose, atol=1e-2), without the CLI's extra deps."""
+
+import importlib.util
+import json
+import sys
+
+import pytest
+import torch
+
+from .util import BACKEND, REPO, kernel
+
+pytestmark = pytest.mark.kernels_ci
+
+
+def _load(name, path):
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_bench_ops_smoke(tmp_path):
+    bench = _load("ltx_bench_ops", REPO / "benchmarks" / "bench_ops.py")
+    device = "cuda" if BACKEND == "cuda" and torch.cuda.is_available() else "cpu"
+    rc = bench.main(["--smoke", "--device", device, "--out", str(tmp_path), "--no-results",
+                     "--dtype", "bf16,fp32"])
+    data = json.loads((tmp_path / "results.json").read_text())
+    ops = {s["op"] for s in data["summaries"]}
+    assert ops == set(bench.OPS), ops
+    bad = [(s["op"], s["shape"], s["dtype"], s["ours_status"]) for s in data["summaries"] if s["ours_status"] != "ok"]
+    assert not bad, bad
+    assert rc == 0
+    for r in data["rows"]:  # every timed row has the derived columns
+        if r.get("status") == "ok":
+            assert r["us"] > 0 and r["gbps"] > 0 and r["bytes"] > 0, r
+    section = (tmp_path / "results.md").read_text()
+    assert "### Summary" in section and "rope_llama" in section
+
+
+def test_bench_ops_bytes_model():
+    bench = _load("ltx_bench_ops", REPO / "benchmarks" / "bench_ops.py")
+    case = bench.rope_ltx_case((2, 8, 64), torch.bfloat16, "cpu", qk=True)
+    inp = case.inputs()
+    counted = bench.nbytes_of([inp[n] for n in case.counted])
+    # q, k bf16 + fp32 cos, sin, each once
+    assert counted == 2 * (2 * 8 * 64 * 2) + 2 * (2 * 8 * 64 * 4)
+
+
+def test_kernels_benchmark_workloads():
+    mod = _load("benchmark_module", REPO / "benchmarks" / "benchmark.py")
+    from kernels.benchmark import Benchmark
+
+    classes = [c for c in vars(mod).values()
+               if isinstance(c, type) and issubclass(c, Benchmark) and c is not Benchmark
+               and c.__module__ == "benchmark_module"]
+    assert len(classes) >= 4
+    device = "cuda" if BACKEND == "cuda" and torch.cuda.is_available() else "cpu"
+    ran = 0
+    for cls in classes:
+        for name in [n for n in dir(cls) if n.startswith("benchmark_")]:
+            w = name.removeprefix("benchmark_")
+            inst = cls()
+            inst.kernel, inst.device = kernel, device
+            torch.manual_seed(cls.seed or 0)
+            getattr(inst, f"setup_{w}", inst.setup)()
+            getattr(inst, name)()
+            ref = getattr(inst, f"verify_{w}")()
+            assert inst.out is not None, f"{cls.__name__}.{w} wrote no self.out"
+            assert torch.allclose(inst.out, ref, atol=1e-2), f"{cls.__name__}.{w}: verification would fail"
+            ran += 1
+    assert ran >= 10
