@@ -157,12 +157,20 @@ void rms_norm_launch(const at::Tensor& out2d, const at::Tensor& x2d,
   const int tpr_wanted = std::min(kMaxBlock, pow2_ceil(ceil_div(nvec, kTargetPerThread)));
   // A grid-stride loop covers rows beyond the grid; 64 waves is plenty to balance.
   const int64_t max_blocks = static_cast<int64_t>(sm_count(x2d.device().index())) * 64;
+  const int device = x2d.device().index();
   auto launch = [&](auto kernel) {
-    cudaFuncAttributes attr;
-    C10_CUDA_CHECK(cudaFuncGetAttributes(&attr, kernel));
+    // The compiled kernel's thread limit (registers decide it), asked once per device.
+    static int max_threads[64] = {};
+    int limit = device >= 0 && device < 64 ? max_threads[device] : 0;
+    if (limit == 0) {
+      cudaFuncAttributes attr;
+      C10_CUDA_CHECK(cudaFuncGetAttributes(&attr, kernel));
+      limit = attr.maxThreadsPerBlock;
+      if (device >= 0 && device < 64) max_threads[device] = limit;
+    }
     p.tpr = tpr_wanted;
-    while (p.tpr > attr.maxThreadsPerBlock) p.tpr /= 2;  // any power of two is correct
-    const int block = std::min(std::max(p.tpr, kBlock), attr.maxThreadsPerBlock);
+    while (p.tpr > limit) p.tpr /= 2;  // any power of two is correct
+    const int block = std::min(std::max(p.tpr, kBlock), limit);
     const int64_t groups = block / p.tpr;
     const unsigned grid = static_cast<unsigned>(std::min(ceil_div(p.rows, groups), max_blocks));
     kernel<<<grid, block, 0, stream>>>(p);
