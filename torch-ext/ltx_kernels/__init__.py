@@ -5,6 +5,7 @@ The functions below are thin wrappers over ops registered in C++ (``ops``).
 """
 
 from ._ops import add_op_namespace_prefix, ops
+from ._doctor import doctor
 from .adaln import adaln, adaln_out_dtype, gated_residual, gated_residual_out_dtype
 from .activation import geglu, gelu, gelu_and_mul, gelu_tanh, gelu_tanh_and_mul
 from .rmsnorm import rms_norm_out_dtype, rmsnorm
@@ -27,4 +28,5 @@ __all__ = [
     "adaln_out_dtype",
     "gated_residual",
     "gated_residual_out_dtype",
+    "doctor",
 ]

@@ -17,6 +17,7 @@ from typing import Optional
 
 import torch
 
+from . import _arch
 from ._ops import add_op_namespace_prefix, ops
 
 APPROXIMATIONS = ("none", "tanh")
@@ -31,6 +32,7 @@ def _check_approximate(approximate: str) -> None:
 
 def gelu(x: torch.Tensor, *, out: Optional[torch.Tensor] = None) -> torch.Tensor:
     """Erf GELU, ``x * 0.5 * (1 + erf(x / sqrt(2)))`` in fp32, rounded once. ``out`` may be x."""
+    _arch.check(x)
     if out is None:
         return ops.gelu(x)
     ops.gelu_out(out, x)
@@ -40,6 +42,7 @@ def gelu(x: torch.Tensor, *, out: Optional[torch.Tensor] = None) -> torch.Tensor
 def gelu_tanh(x: torch.Tensor, *, out: Optional[torch.Tensor] = None) -> torch.Tensor:
     """Tanh GELU, ``0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3)))`` in fp32, rounded
     once (``F.gelu(x, approximate="tanh")``). ``out`` may be x."""
+    _arch.check(x)
     if out is None:
         return ops.gelu_tanh(x)
     ops.gelu_tanh_out(out, x)
@@ -58,6 +61,7 @@ def geglu(
     ``gate_first=False``: ``x[..., :d] * gelu(x[..., d:], approximate)`` (diffusers GEGLU);
     ``gate_first=True``: ``gelu(x[..., :d], approximate) * x[..., d:]`` (Gemma / vLLM).
     """
+    _arch.check(x)
     _check_approximate(approximate)
     if out is None:
         return ops.geglu(x, approximate, gate_first)
@@ -67,33 +71,39 @@ def geglu(
 
 def gelu_and_mul(out: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     """kernels-community / vLLM: ``out = gelu(x[..., :d]) * x[..., d:]`` (erf)."""
+    _arch.check(x)
     ops.geglu_out(out, x, "none", True)
     return out
 
 
 def gelu_tanh_and_mul(out: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     """kernels-community / vLLM: ``out = gelu_tanh(x[..., :d]) * x[..., d:]``."""
+    _arch.check(x)
     ops.geglu_out(out, x, "tanh", True)
     return out
 
 
 @torch.library.register_fake(add_op_namespace_prefix("gelu"))
 def _gelu_fake(x):
+    _arch.check_fake(x)
     return torch.empty_like(x, memory_format=torch.contiguous_format)
 
 
 @torch.library.register_fake(add_op_namespace_prefix("gelu_tanh"))
 def _gelu_tanh_fake(x):
+    _arch.check_fake(x)
     return torch.empty_like(x, memory_format=torch.contiguous_format)
 
 
 @torch.library.register_fake(add_op_namespace_prefix("gelu_out"))
 def _gelu_out_fake(out, x):
+    _arch.check_fake(out)
     return None
 
 
 @torch.library.register_fake(add_op_namespace_prefix("gelu_tanh_out"))
 def _gelu_tanh_out_fake(out, x):
+    _arch.check_fake(out)
     return None
 
 
@@ -108,9 +118,11 @@ def _geglu_shape(x):
 
 @torch.library.register_fake(add_op_namespace_prefix("geglu"))
 def _geglu_fake(x, approximate="none", gate_first=False):
+    _arch.check_fake(x)
     return x.new_empty(_geglu_shape(x))
 
 
 @torch.library.register_fake(add_op_namespace_prefix("geglu_out"))
 def _geglu_out_fake(out, x, approximate="none", gate_first=False):
+    _arch.check_fake(out)
     return None

@@ -5,6 +5,7 @@ from typing import Optional
 
 import torch
 
+from . import _arch
 from ._ops import add_op_namespace_prefix, ops
 
 # norm(x) in adaln:
@@ -72,6 +73,7 @@ def adaln(
     fp32 ``x``, ``scale`` and ``shift`` (Wan) all of it is fp32. ``out``, if given,
     receives the result (it may be ``x``) and is returned.
     """
+    _arch.check(x)
     code = _norm_code(norm)
     if out is None:
         return ops.adaln(x, scale, shift, weight, eps, code)
@@ -94,6 +96,7 @@ def gated_residual(
     output dtype, as in eager. ``inplace=True`` writes into ``x`` (which must already
     have the output dtype) and returns it; ``out`` receives the result otherwise.
     """
+    _arch.check(x)
     if inplace:
         if out is not None:
             raise ValueError("ltx_kernels.gated_residual: pass either out or inplace=True, not both")
@@ -107,6 +110,7 @@ def gated_residual(
 
 @torch.library.register_fake(add_op_namespace_prefix("adaln"))
 def _adaln_fake(x, scale, shift, weight, eps, norm):
+    _arch.check_fake(x)
     dtype = _adaln_dtype(
         x.dtype, scale.dtype, None if shift is None else shift.dtype,
         None if weight is None else weight.dtype, norm,
@@ -116,19 +120,23 @@ def _adaln_fake(x, scale, shift, weight, eps, norm):
 
 @torch.library.register_fake(add_op_namespace_prefix("adaln_out"))
 def _adaln_out_fake(out, x, scale, shift, weight, eps, norm):
+    _arch.check_fake(out)
     return None
 
 
 @torch.library.register_fake(add_op_namespace_prefix("gated_residual"))
 def _gated_residual_fake(x, y, gate):
+    _arch.check_fake(x)
     return x.new_empty(x.shape, dtype=gated_residual_out_dtype(x.dtype, y.dtype, gate.dtype))
 
 
 @torch.library.register_fake(add_op_namespace_prefix("gated_residual_out"))
 def _gated_residual_out_fake(out, x, y, gate):
+    _arch.check_fake(out)
     return None
 
 
 @torch.library.register_fake(add_op_namespace_prefix("gated_residual_inplace"))
 def _gated_residual_inplace_fake(x, y, gate):
+    _arch.check_fake(x)
     return None

@@ -4,6 +4,7 @@ from typing import Optional
 
 import torch
 
+from . import _arch
 from ._ops import add_op_namespace_prefix, ops
 
 # Which module's cast points to reproduce (shared/docs/op-semantics.md section 1):
@@ -60,6 +61,7 @@ def rmsnorm(
     may be ``x`` itself) and is returned. Rows may be strided (e.g. ``qkv[..., :D]``)
     without a copy; other layouts are copied once.
     """
+    _arch.check(x)
     if eps is None:
         eps = torch.finfo(torch.float32).eps
     code = _semantics_code(semantics)
@@ -71,10 +73,12 @@ def rmsnorm(
 
 @torch.library.register_fake(add_op_namespace_prefix("rms_norm"))
 def _rms_norm_fake(x, weight, eps, semantics):
+    _arch.check_fake(x)
     w_dtype = None if weight is None else weight.dtype
     return x.new_empty(x.shape, dtype=_out_dtype(x.dtype, w_dtype, semantics))
 
 
 @torch.library.register_fake(add_op_namespace_prefix("rms_norm_out"))
 def _rms_norm_out_fake(out, x, weight, eps, semantics):
+    _arch.check_fake(out)
     return None

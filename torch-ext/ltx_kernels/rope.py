@@ -17,6 +17,7 @@ from typing import Optional, Tuple
 
 import torch
 
+from . import _arch
 from ._ops import add_op_namespace_prefix, ops
 
 
@@ -31,6 +32,7 @@ def rope_interleaved(
     without a copy). Identity pairs (LTX's front padding, cos=1, sin=0) pass x through
     unchanged. ``out``, if given, receives the result and is returned; it may be ``x``.
     """
+    _arch.check(x)
     if out is None:
         return ops.rope_interleaved(x, cos, sin)
     ops.rope_interleaved_out(out, x, cos, sin)
@@ -43,6 +45,7 @@ def rope_interleaved_qk(
     """``rope_interleaved`` on q and k (same shape and dtype) in one launch; the tables
     are read once per token for both. q/k may be row-strided views of a fused
     projection. ``inplace=True`` writes into q and k and returns them."""
+    _arch.check(q)
     if inplace:
         ops.rope_interleaved_qk_out(q, k, q, k, cos, sin)
         return q, k
@@ -68,6 +71,7 @@ def rope_rotate_half(
     pass through (partial rotary, as GPT-NeoX slices by ``cos.shape[-1]``).
     ``inplace=True`` writes into q and k and returns them.
     """
+    _arch.check(q)
     if inplace:
         ops.rope_rotate_half_out(q, k, q, k, cos, sin, unsqueeze_dim)
         return q, k
@@ -84,6 +88,7 @@ def rope_rotate_half_single(
     inplace: bool = False,
 ) -> torch.Tensor:
     """``rope_rotate_half`` for one tensor (q alone or k alone)."""
+    _arch.check(x)
     if inplace:
         ops.rope_rotate_half_single_out(x, x, cos, sin, unsqueeze_dim)
         return x
@@ -92,39 +97,47 @@ def rope_rotate_half_single(
 
 @torch.library.register_fake(add_op_namespace_prefix("rope_interleaved"))
 def _rope_interleaved_fake(x, cos, sin):
+    _arch.check_fake(x)
     return x.new_empty(x.shape)
 
 
 @torch.library.register_fake(add_op_namespace_prefix("rope_interleaved_out"))
 def _rope_interleaved_out_fake(out, x, cos, sin):
+    _arch.check_fake(out)
     return None
 
 
 @torch.library.register_fake(add_op_namespace_prefix("rope_interleaved_qk"))
 def _rope_interleaved_qk_fake(q, k, cos, sin):
+    _arch.check_fake(q)
     return q.new_empty(q.shape), k.new_empty(k.shape)
 
 
 @torch.library.register_fake(add_op_namespace_prefix("rope_interleaved_qk_out"))
 def _rope_interleaved_qk_out_fake(q_out, k_out, q, k, cos, sin):
+    _arch.check_fake(q_out)
     return None
 
 
 @torch.library.register_fake(add_op_namespace_prefix("rope_rotate_half"))
 def _rope_rotate_half_fake(q, k, cos, sin, unsqueeze_dim):
+    _arch.check_fake(q)
     return q.new_empty(q.shape), k.new_empty(k.shape)
 
 
 @torch.library.register_fake(add_op_namespace_prefix("rope_rotate_half_out"))
 def _rope_rotate_half_out_fake(q_out, k_out, q, k, cos, sin, unsqueeze_dim):
+    _arch.check_fake(q_out)
     return None
 
 
 @torch.library.register_fake(add_op_namespace_prefix("rope_rotate_half_single"))
 def _rope_rotate_half_single_fake(x, cos, sin, unsqueeze_dim):
+    _arch.check_fake(x)
     return x.new_empty(x.shape)
 
 
 @torch.library.register_fake(add_op_namespace_prefix("rope_rotate_half_single_out"))
 def _rope_rotate_half_single_out_fake(out, x, cos, sin, unsqueeze_dim):
+    _arch.check_fake(out)
     return None
