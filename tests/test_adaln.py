@@ -307,7 +307,9 @@ def test_hidden_sizes(device, d):
     x = quantised((3, 4, d), BF16, device)
     scale, shift = modulation((3, 1, d), BF16, device), modulation((3, 4, d), BF16, device)
     out = kernel.adaln(x, scale, shift)
-    if d & (d - 1) == 0:
+    # Bit-exact only where the fp32 sum of squares is exact in any order: multiples of
+    # 1/256 up to 16 per element need 2**8 * 16 * d < 2**24, i.e. d <= 4096.
+    if d & (d - 1) == 0 and d <= 4096:
         assert torch.equal(out, eager_adaln(x, scale, shift))
     else:
         _, mag = ref64(x, scale, shift)
