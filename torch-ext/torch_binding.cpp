@@ -16,6 +16,7 @@
 #include "ops/activation.h"
 #include "ops/rope.h"
 #include "ops/adaln.h"
+#include "ops/qk_prologue.h"
 #include "registration.h"
 
 namespace {
@@ -134,6 +135,17 @@ TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, ops) {
   impl(ops, "gated_residual", TORCH_FN(ltx::gated_residual));
   impl(ops, "gated_residual_out", TORCH_FN(ltx::gated_residual_out));
   impl(ops, "gated_residual_inplace", TORCH_FN(ltx::gated_residual_inplace));
+
+  // Fused LTX attention prologue: torch.nn.RMSNorm on q and on k (own weights), then
+  // interleaved RoPE with fp32 tables on both (cos/sin None: norm only), one launch.
+  ops.def(
+      "rmsnorm_rope_qk(Tensor q, Tensor k, Tensor? q_weight, Tensor? k_weight, Tensor? cos, "
+      "Tensor? sin, float eps) -> (Tensor, Tensor)");
+  ops.def(
+      "rmsnorm_rope_qk_out(Tensor! q_out, Tensor! k_out, Tensor q, Tensor k, Tensor? q_weight, "
+      "Tensor? k_weight, Tensor? cos, Tensor? sin, float eps) -> ()");
+  impl(ops, "rmsnorm_rope_qk", TORCH_FN(ltx::rmsnorm_rope_qk));
+  impl(ops, "rmsnorm_rope_qk_out", TORCH_FN(ltx::rmsnorm_rope_qk_out));
 }
 
 REGISTER_EXTENSION(TORCH_EXTENSION_NAME)

@@ -103,3 +103,26 @@ void gated_residual_launch(const at::Tensor& out2d, const at::Tensor& x2d, const
                            const at::Tensor& gate, const RowSpace& rows, at::ScalarType prod);
 
 }  // namespace ltx
+
+// ---- fused LTX attention prologue: q/k RMSNorm + interleaved RoPE (qk_prologue) ------
+namespace ltx {
+
+// For every row r of q2d (and the same row of k2d, when k2d has it):
+//   n = round_x(x * rsqrt(mean(x^2) + eps) * w)         (torch.nn.RMSNorm, fp32 math)
+//   without tables: out = n
+//   with tables:    out[2i]   = round_x(n[2i] * c[2i] - n[2i+1] * s[2i])
+//                   out[2i+1] = round_x(n[2i+1] * c[2i+1] + n[2i] * s[2i+1])
+// where round_x rounds to x's dtype (the eager op boundary between norm_q and
+// apply_rotary_emb), products and sums are never fused (no FMA), and c/s are the rows
+// cos[b, s, :], sin[b, s, :] with b = r / seq, s = r % seq.
+// q2d/k2d, q_out2d/k_out2d: [rows_q, D] / [rows_k, D] views, stride(1) == 1; outputs may be
+// their inputs (in place). Weights: none, or contiguous [D], both in x's dtype or both fp32.
+// cos/sin: undefined (norm only; then rows_k may differ from rows_q), or fp32 [B, S, D]
+// views with stride(-1) == 1 (rows_k == rows_q == B * S, D even).
+void rmsnorm_rope_qk_launch(const at::Tensor& q_out2d, const at::Tensor& q2d,
+                            const at::Tensor& k_out2d, const at::Tensor& k2d,
+                            const std::optional<at::Tensor>& q_weight,
+                            const std::optional<at::Tensor>& k_weight, const at::Tensor& cos,
+                            const at::Tensor& sin, int64_t seq, double eps);
+
+}  // namespace ltx

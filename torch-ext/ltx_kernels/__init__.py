@@ -10,6 +10,8 @@ from .adaln import adaln, adaln_out_dtype, gated_residual, gated_residual_out_dt
 from .activation import geglu, gelu, gelu_and_mul, gelu_tanh, gelu_tanh_and_mul
 from .rmsnorm import rms_norm_out_dtype, rmsnorm
 from .rope import rope_interleaved, rope_interleaved_qk, rope_rotate_half, rope_rotate_half_single
+from .qk_prologue import rmsnorm_rope_qk
+from .ltx_video import patch_ltx_video, unpatch_ltx_video
 
 # One literal list: kernel-builder's card filler reads the function names from it.
 __all__ = [
@@ -29,4 +31,7 @@ __all__ = [
     "gated_residual",
     "gated_residual_out_dtype",
     "doctor",
+    "rmsnorm_rope_qk",
+    "patch_ltx_video",
+    "unpatch_ltx_video",
 ]

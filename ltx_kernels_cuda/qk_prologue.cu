@@ -1,0 +1,336 @@
+// Fused q/k RMSNorm + interleaved RoPE on CUDA (the LTX-Video attention prologue; see
+// rmsnorm_rope_qk_launch in torch_binding.h).
+//
+// rmsnorm.cu's pattern for two rows at once: one group of `tpr` threads (a power of two)
+// per token handles that token's q row and k row. Each thread keeps up to kCached
+// vectors of each row in registers, so q and k are read once (longer rows re-read their
+// tail); both sums of squares are reduced with row_sum, then for every vector the
+// thread loads the cos/sin elements once and applies them to q and to k. With tables,
+// tokens are visited position-major (s outer, b inner) so that a stride-0 batch of
+// tables is served from L1/L2 for the second batch entry. The normalised value is
+// rounded to x's dtype before the rotation (eager's op boundary); the rotation uses
+// __fmul_rn/__fsub_rn/__fadd_rn (never fused to FMA) and rounds once.
+#include <algorithm>
+#include <type_traits>
+
+#include "../torch-ext/torch_binding.h"
+#include "common/dispatch.cuh"
+#include "common/reduce.cuh"
+#include "common/vec.cuh"
+
+namespace ltx::cuda {
+namespace {
+
+constexpr int kCached = 4;           // vectors per thread and tensor held in registers
+constexpr int kTargetPerThread = 4;  // vectors per thread the launch aims for
+constexpr int kBlock = 256;          // threads per block when rows are short
+constexpr int kMaxBlock = 512;       // as rmsnorm.cu: no __launch_bounds__, no spills
+
+struct QkParams {
+  const void* x[2];  // q, k rows
+  void* out[2];
+  const void* w[2];  // nullptr: no weight
+  int64_t rows[2];
+  int64_t x_stride[2];
+  int64_t out_stride[2];
+  int64_t tokens;  // max(rows)
+  const float* cos;  // nullptr: norm only
+  const float* sin;
+  int64_t cos_b, cos_s, sin_b, sin_s;
+  int64_t seq, batch;
+  int cols;
+  int tpr;
+  float eps;
+};
+
+// N consecutive elements; kVec: one aligned vector access, else N scalar accesses.
+template <typename T, int N, bool kVec>
+__device__ __forceinline__ Vec<T, N> load_n(const T* p) {
+  if constexpr (kVec) {
+    return Vec<T, N>::load(p);
+  } else {
+    Vec<T, N> v;
+#pragma unroll
+    for (int k = 0; k < N; ++k) v.v[k] = p[k];
+    return v;
+  }
+}
+
+template <typename T, int N, bool kVec>
+__device__ __forceinline__ void store_n(const Vec<T, N>& v, T* p) {
+  if constexpr (kVec) {
+    v.store(p);
+  } else {
+#pragma unroll
+    for (int k = 0; k < N; ++k) p[k] = v.v[k];
+  }
+}
+
+// N fp32 table values (aligned: accesses of up to 16 bytes).
+template <int N, bool kVec>
+__device__ __forceinline__ void load_table(const float* p, float* out) {
+  if constexpr (kVec) {
+    constexpr int C = N < 4 ? N : 4;
+#pragma unroll
+    for (int i = 0; i < N; i += C) {
+      const Vec<float, C> v = Vec<float, C>::load(p + i);
+#pragma unroll
+      for (int k = 0; k < C; ++k) out[i + k] = v.v[k];
+    }
+  } else {
+#pragma unroll
+    for (int k = 0; k < N; ++k) out[k] = __ldg(p + k);
+  }
+}
+
+template <typename T, int N>
+__device__ __forceinline__ float sum_sq(const Vec<T, N>& v) {
+  float s = 0.f;
+#pragma unroll
+  for (int k = 0; k < N; ++k) {
+    const float f = to_float(v.v[k]);
+    s += f * f;
+  }
+  return s;
+}
+
+// round_x(x * inv * w) for one vector, as fp32 values.
+template <typename T, typename Tw, int N, bool kVec>
+__device__ __forceinline__ void normalise(const Vec<T, N>& v, const Tw* w, int j, float inv,
+                                          float* n) {
+  if (w != nullptr) {
+    const Vec<Tw, N> wv = load_n<Tw, N, kVec>(w + j * N);
+#pragma unroll
+    for (int k = 0; k < N; ++k) {
+      n[k] = to_float(from_float<T>(__fmul_rn(to_float(v.v[k]) * inv, to_float(wv.v[k]))));
+    }
+  } else {
+#pragma unroll
+    for (int k = 0; k < N; ++k) n[k] = to_float(from_float<T>(to_float(v.v[k]) * inv));
+  }
+}
+
+template <typename T, int N, bool kVec>
+__device__ __forceinline__ void store_plain(const float* n, T* o) {
+  Vec<T, N> r;
+#pragma unroll
+  for (int k = 0; k < N; ++k) r.v[k] = from_float<T>(n[k]);
+  store_n<T, N, kVec>(r, o);
+}
+
+template <typename T, int N, bool kVec>
+__device__ __forceinline__ void store_rotated(const float* n, const float* c, const float* s,
+                                              T* o) {
+  Vec<T, N> r;
+#pragma unroll
+  for (int k = 0; k < N; k += 2) {
+    r.v[k] = from_float<T>(__fsub_rn(__fmul_rn(n[k], c[k]), __fmul_rn(n[k + 1], s[k])));
+    r.v[k + 1] =
+        from_float<T>(__fadd_rn(__fmul_rn(n[k + 1], c[k + 1]), __fmul_rn(n[k], s[k + 1])));
+  }
+  store_n<T, N, kVec>(r, o);
+}
+
+template <typename T, typename Tw, int N, bool kVec>
+__global__ void rmsnorm_rope_qk_kernel(QkParams p) {
+  __shared__ float scratch[kMaxWarpsPerBlock];
+  using V = Vec<T, N>;
+  const int nvec = p.cols / N;
+  const int lane = threadIdx.x % p.tpr;
+  const int groups = blockDim.x / p.tpr;
+  const float inv_cols = 1.0f / static_cast<float>(p.cols);
+  const bool rope = p.cos != nullptr;
+
+  for (int64_t base = static_cast<int64_t>(blockIdx.x) * groups; base < p.tokens;
+       base += static_cast<int64_t>(gridDim.x) * groups) {
+    const int64_t i = base + threadIdx.x / p.tpr;
+    // Position-major with tables: token i is (s = i / batch, b = i % batch).
+    const int64_t row = rope ? (i % p.batch) * p.seq + i / p.batch : i;
+    const T* xr[2];
+    T* orow[2];
+    bool live[2];
+    V cache[2][kCached];
+    float ss[2] = {0.f, 0.f};
+#pragma unroll
+    for (int t = 0; t < 2; ++t) {
+      live[t] = i < p.tokens && row < p.rows[t];
+      xr[t] = static_cast<const T*>(p.x[t]) + (live[t] ? row : 0) * p.x_stride[t];
+      orow[t] = static_cast<T*>(p.out[t]) + (live[t] ? row : 0) * p.out_stride[t];
+#pragma unroll
+      for (int c = 0; c < kCached; ++c) {
+        const int j = lane + c * p.tpr;
+        if (live[t] && j < nvec) cache[t][c] = load_n<T, N, kVec>(xr[t] + j * N);
+      }
+    }
+#pragma unroll
+    for (int t = 0; t < 2; ++t) {
+#pragma unroll
+      for (int c = 0; c < kCached; ++c) {
+        const int j = lane + c * p.tpr;
+        if (live[t] && j < nvec) ss[t] += sum_sq<T, N>(cache[t][c]);
+      }
+      for (int j = lane + kCached * p.tpr; live[t] && j < nvec; j += p.tpr) {
+        ss[t] += sum_sq<T, N>(load_n<T, N, kVec>(xr[t] + j * N));
+      }
+    }
+    float inv[2];
+#pragma unroll
+    for (int t = 0; t < 2; ++t) {
+      inv[t] = rsqrtf(row_sum(ss[t], p.tpr, scratch) * inv_cols + p.eps);
+    }
+
+    const float* crow = nullptr;
+    const float* srow = nullptr;
+    if (rope) {
+      const int64_t b = row / p.seq, s = row % p.seq;
+      crow = p.cos + b * p.cos_b + s * p.cos_s;
+      srow = p.sin + b * p.sin_b + s * p.sin_s;
+    }
+    // One vector j of both rows: normalise, rotate with the table values read once.
+    auto finish = [&](int j, const V& vq, const V& vk) {
+      float n[2][N];
+      if (live[0]) normalise<T, Tw, N, kVec>(vq, static_cast<const Tw*>(p.w[0]), j, inv[0], n[0]);
+      if (live[1]) normalise<T, Tw, N, kVec>(vk, static_cast<const Tw*>(p.w[1]), j, inv[1], n[1]);
+      if constexpr (N >= 2) {
+        if (rope) {  // with tables, both rows are live together
+          float c[N], s[N];
+          load_table<N, kVec>(crow + j * N, c);
+          load_table<N, kVec>(srow + j * N, s);
+          store_rotated<T, N, kVec>(n[0], c, s, orow[0] + j * N);
+          store_rotated<T, N, kVec>(n[1], c, s, orow[1] + j * N);
+          return;
+        }
+      }
+#pragma unroll
+      for (int t = 0; t < 2; ++t) {
+        if (live[t]) store_plain<T, N, kVec>(n[t], orow[t] + j * N);
+      }
+    };
+#pragma unroll
+    for (int c = 0; c < kCached; ++c) {
+      const int j = lane + c * p.tpr;
+      if ((live[0] || live[1]) && j < nvec) finish(j, cache[0][c], cache[1][c]);
+    }
+    for (int j = lane + kCached * p.tpr; (live[0] || live[1]) && j < nvec; j += p.tpr) {
+      const V vq = live[0] ? load_n<T, N, kVec>(xr[0] + j * N) : V{};
+      const V vk = live[1] ? load_n<T, N, kVec>(xr[1] + j * N) : V{};
+      finish(j, vq, vk);
+    }
+  }
+}
+
+
+bool aligned_to(const void* ptr, int64_t bytes) {
+  return reinterpret_cast<uintptr_t>(ptr) % bytes == 0;
+}
+
+}  // namespace
+}  // namespace ltx::cuda
+
+namespace ltx {
+
+void rmsnorm_rope_qk_launch(const at::Tensor& q_out2d, const at::Tensor& q2d,
+                            const at::Tensor& k_out2d, const at::Tensor& k2d,
+                            const std::optional<at::Tensor>& q_weight,
+                            const std::optional<at::Tensor>& k_weight, const at::Tensor& cos,
+                            const at::Tensor& sin, int64_t seq, double eps) {
+  using namespace ltx::cuda;
+  const c10::cuda::CUDAGuard guard(q2d.device());
+  cudaStream_t stream = c10::cuda::getCurrentCUDAStream(q2d.device().index()).stream();
+
+  QkParams p{};
+  const at::Tensor* ins[2] = {&q2d, &k2d};
+  const at::Tensor* outs[2] = {&q_out2d, &k_out2d};
+  const std::optional<at::Tensor>* ws[2] = {&q_weight, &k_weight};
+  for (int t = 0; t < 2; ++t) {
+    p.x[t] = ins[t]->const_data_ptr();
+    p.out[t] = outs[t]->mutable_data_ptr();
+    p.w[t] = *ws[t] ? (*ws[t])->const_data_ptr() : nullptr;
+    p.rows[t] = ins[t]->size(0);
+    p.x_stride[t] = ins[t]->size(0) > 1 ? ins[t]->stride(0) : 0;
+    p.out_stride[t] = outs[t]->size(0) > 1 ? outs[t]->stride(0) : 0;
+  }
+  p.tokens = std::max(p.rows[0], p.rows[1]);
+  if (p.tokens == 0) return;
+  TORCH_CHECK(q2d.size(1) <= INT32_MAX, "ltx_kernels.rmsnorm_rope_qk: last dim too large");
+  p.cols = static_cast<int>(q2d.size(1));
+  p.eps = static_cast<float>(eps);
+  p.seq = std::max<int64_t>(seq, 1);
+  p.batch = std::max<int64_t>(p.tokens / p.seq, 1);
+  const bool rope = cos.defined();
+  if (rope) {
+    p.cos = cos.const_data_ptr<float>();
+    p.sin = sin.const_data_ptr<float>();
+    p.cos_b = cos.size(0) > 1 ? cos.stride(0) : 0;
+    p.cos_s = cos.size(1) > 1 ? cos.stride(1) : 0;
+    p.sin_b = sin.size(0) > 1 ? sin.stride(0) : 0;
+    p.sin_s = sin.size(1) > 1 ? sin.stride(1) : 0;
+  }
+
+  const at::ScalarType x_dtype = q2d.scalar_type();
+  const at::ScalarType w_dtype =
+      q_weight ? q_weight->scalar_type() : (k_weight ? k_weight->scalar_type() : x_dtype);
+  const int64_t xe = q2d.element_size();
+  const int64_t we = at::elementSize(w_dtype);
+  const void* w_any = p.w[0] ? p.w[0] : (p.w[1] ? p.w[1] : p.x[0]);
+  // Vector width from q, k, outputs and weights; then the tables must allow it too.
+  int vec = pick_vec_width(p.cols, {{p.x[0], xe, p.x_stride[0]},
+                                    {p.x[1], xe, p.x_stride[1]},
+                                    {p.out[0], xe, p.out_stride[0]},
+                                    {p.out[1], xe, p.out_stride[1]},
+                                    {w_any, we, 0},
+                                    {p.w[1] ? p.w[1] : w_any, we, 0}});
+  if (vec >= 4 && rope) {
+    const int64_t tb = std::min(vec, 4) * 4;  // bytes per table access
+    const bool ok = aligned_to(p.cos, tb) && aligned_to(p.sin, tb) && p.cos_b % vec == 0 &&
+                    p.cos_s % vec == 0 && p.sin_b % vec == 0 && p.sin_s % vec == 0;
+    if (!ok) vec = 2;
+  }
+  // Variants: 8 / 4 elements with vector accesses, 2 (even D) or 1 (odd D, norm only)
+  // with scalar accesses.
+  if (vec < 4) vec = p.cols % 2 == 0 ? 2 : 1;
+
+  const int64_t nvec = p.cols / vec;
+  const int tpr_wanted = std::min(kMaxBlock, pow2_ceil(ceil_div(nvec, kTargetPerThread)));
+  const int64_t max_blocks = static_cast<int64_t>(sm_count(q2d.device().index())) * 64;
+  auto launch = [&](auto kernel) {
+    cudaFuncAttributes attr;
+    C10_CUDA_CHECK(cudaFuncGetAttributes(&attr, kernel));
+    p.tpr = tpr_wanted;
+    while (p.tpr > attr.maxThreadsPerBlock) p.tpr /= 2;
+    const int block = std::min(std::max(p.tpr, kBlock), attr.maxThreadsPerBlock);
+    const int64_t groups = block / p.tpr;
+    const unsigned grid = static_cast<unsigned>(std::min(ceil_div(p.tokens, groups), max_blocks));
+    kernel<<<grid, block, 0, stream>>>(p);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  };
+
+  dispatch_float(x_dtype, [&](auto xt) {
+    using T = typename decltype(xt)::type;
+    dispatch_float(w_dtype, [&](auto wt) {
+      using Tw = typename decltype(wt)::type;
+      if constexpr (std::is_same_v<Tw, T> || std::is_same_v<Tw, float>) {
+        constexpr size_t widest = std::max(sizeof(T), sizeof(Tw));
+        switch (vec) {
+          case 8:
+            if constexpr (8 * widest <= 16) {
+              return launch(rmsnorm_rope_qk_kernel<T, Tw, 8, true>);
+            }
+            break;
+          case 4:
+            if constexpr (4 * widest <= 16) {
+              return launch(rmsnorm_rope_qk_kernel<T, Tw, 4, true>);
+            }
+            break;
+          case 2: return launch(rmsnorm_rope_qk_kernel<T, Tw, 2, false>);
+          default: return launch(rmsnorm_rope_qk_kernel<T, Tw, 1, false>);
+        }
+        TORCH_CHECK(false, "ltx_kernels.rmsnorm_rope_qk: internal error: vector width ", vec);
+      } else {
+        TORCH_CHECK(false, "ltx_kernels.rmsnorm_rope_qk: weights must be float32 or q's dtype");
+      }
+    });
+  });
+}
+
+}  // namespace ltx
