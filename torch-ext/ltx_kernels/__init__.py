@@ -9,6 +9,7 @@ from .adaln import adaln, adaln_out_dtype, gated_residual, gated_residual_out_dt
 from .activation import geglu, gelu, gelu_and_mul, gelu_tanh, gelu_tanh_and_mul
 from .rmsnorm import rms_norm_out_dtype, rmsnorm
 from .rope import rope_interleaved, rope_interleaved_qk, rope_rotate_half, rope_rotate_half_single
+from . import layers
 
 # One literal list: kernel-builder's card filler reads the function names from it.
 __all__ = [
@@ -27,4 +28,5 @@ __all__ = [
     "adaln_out_dtype",
     "gated_residual",
     "gated_residual_out_dtype",
+    "layers",
 ]
