@@ -196,6 +196,9 @@ LOAD_CHILD = textwrap.dedent(
 
     report = {"file": kernel.__file__, "module": kernel.__name__, "all": list(kernel.__all__),
               "callable": [n for n in kernel.__all__ if callable(getattr(kernel, n, None))],
+              "layers": sorted(n for n, v in (vars(kernel.layers) if hasattr(kernel, "layers") else {}).items()
+                               if isinstance(v, type) and issubclass(v, torch.nn.Module)
+                               and v.__module__ == kernel.layers.__name__),
               "ops": [n for n in ("rms_norm", "rms_norm_out") if hasattr(kernel.ops, n)]}
 
     cuda_variant = cfg["cuda_variant"]
@@ -570,7 +573,10 @@ def check_load_report(report: dict, variant: Path):
         f"loaded {report['file']}, expected the variant {variant}"
     assert report["module"] == meta["id"]
     assert report["all"] == public_functions()
-    assert report["callable"] == report["all"]
+    # Everything in __all__ is a function, except the `layers` module (kernelize's layers).
+    assert report["callable"] == [n for n in report["all"] if n != "layers"]
+    if "layers" in report["all"]:
+        assert report["layers"], "__all__ lists `layers`, but it defines no nn.Module layer"
     assert report["ops"] == ["rms_norm", "rms_norm_out"]
     if "wrong_device_error" in report:
         err = report["wrong_device_error"]

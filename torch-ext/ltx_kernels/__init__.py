@@ -12,6 +12,7 @@ from .rmsnorm import rms_norm_out_dtype, rmsnorm
 from .rope import rope_interleaved, rope_interleaved_qk, rope_rotate_half, rope_rotate_half_single
 from .qk_prologue import rmsnorm_rope_qk
 from .ltx_video import patch_ltx_video, unpatch_ltx_video
+from . import layers
 
 # One literal list: kernel-builder's card filler reads the function names from it.
 __all__ = [
@@ -34,4 +35,5 @@ __all__ = [
     "rmsnorm_rope_qk",
     "patch_ltx_video",
     "unpatch_ltx_video",
+    "layers",
 ]
