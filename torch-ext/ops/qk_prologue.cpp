@@ -15,6 +15,7 @@
 #include <optional>
 
 #include "ops/qk_prologue.h"
+#include "ops/out_checks.h"
 #include "ops/rows.h"
 #include "torch_binding.h"
 
@@ -113,30 +114,7 @@ Tables check_tables(const at::Tensor& q, const at::Tensor& k, const std::optiona
   return t;
 }
 
-void check_out(const char* name, const at::Tensor& out, const char* in_name,
-               const at::Tensor& in) {
-  TORCH_CHECK(out.device() == in.device(), "ltx_kernels.", kOp, ": ", name, " is on ",
-              out.device(), " but ", in_name, " is on ", in.device());
-  TORCH_CHECK(out.scalar_type() == in.scalar_type(), "ltx_kernels.", kOp, ": ", name,
-              " must have ", in_name, "'s dtype ", in.scalar_type(), ", got ", out.scalar_type());
-  TORCH_CHECK(out.sizes() == in.sizes(), "ltx_kernels.", kOp, ": ", name, " must have ", in_name,
-              "'s shape ", shape_str(in.sizes()), ", got ", shape_str(out.sizes()));
-  TORCH_CHECK(at::has_internal_overlap(out) != at::MemOverlap::Yes, "ltx_kernels.", kOp, ": ",
-              name, " must not overlap itself (got strides ", shape_str(out.strides()), ")");
-  const at::MemOverlapStatus s = at::get_overlap_status(out, in);
-  TORCH_CHECK(s != at::MemOverlapStatus::Partial &&
-                  (s != at::MemOverlapStatus::Full || out.strides() == in.strides()),
-              "ltx_kernels.", kOp, ": ", name, " partially overlaps ", in_name, "; pass ",
-              in_name, " itself (in place) or separate memory");
-}
 
-void check_disjoint(const char* a_name, const at::Tensor& a, const char* b_name,
-                    const at::Tensor& b) {
-  const at::MemOverlapStatus s = at::get_overlap_status(a, b);
-  TORCH_CHECK(s != at::MemOverlapStatus::Full && s != at::MemOverlapStatus::Partial,
-              "ltx_kernels.", kOp, ": ", a_name, " overlaps ", b_name,
-              "; outputs must not alias the other input or each other");
-}
 
 // Where the kernel writes one output: its row view, or a temporary copied into dest.
 struct Dest {
@@ -192,11 +170,11 @@ void rmsnorm_rope_qk_out(const at::Tensor& q_out, const at::Tensor& k_out, const
   check_eps(eps, kOp);
   const Weights w = prepare_weights(q, q_weight, k_weight);
   const Tables t = check_tables(q, k, cos, sin);
-  check_out("q_out", q_out, "q", q);
-  check_out("k_out", k_out, "k", k);
-  check_disjoint("q_out", q_out, "k", k);
-  check_disjoint("k_out", k_out, "q", q);
-  check_disjoint("q_out", q_out, "k_out", k_out);
+  check_out(kOp, "q_out", q_out, "q", q);
+  check_out(kOp, "k_out", k_out, "k", k);
+  check_disjoint(kOp, "q_out", q_out, "k", k);
+  check_disjoint(kOp, "k_out", k_out, "q", q);
+  check_disjoint(kOp, "q_out", q_out, "k_out", k_out);
   run(q_out, k_out, q, k, w, t, eps);
 }
 

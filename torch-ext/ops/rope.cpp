@@ -16,6 +16,7 @@
 #include <optional>
 
 #include "ops/rope.h"
+#include "ops/out_checks.h"
 #include "ops/rows.h"
 #include "torch_binding.h"
 
@@ -28,12 +29,6 @@ constexpr const char* kHalf = "rope_rotate_half";
 constexpr const char* kHalfSingle = "rope_rotate_half_single";
 
 bool last_dim_contiguous(const at::Tensor& t) { return t.size(-1) <= 1 || t.stride(-1) == 1; }
-
-void check_device(const char* op, const char* name, const at::Tensor& t, const char* ref_name,
-                  const at::Tensor& ref) {
-  TORCH_CHECK(t.device() == ref.device(), "ltx_kernels.", op, ": ", name, " is on ", t.device(),
-              " but ", ref_name, " is on ", ref.device(), "; all tensors must be on one device");
-}
 
 // Stride of dims [0, n) of t collapsed into one evenly strided dim (size-1 dims do not
 // matter; 0 when there is none), or nullopt when they do not collapse.
@@ -58,30 +53,7 @@ int64_t lead_numel(const at::Tensor& t, int64_t n) {
   return p;
 }
 
-// Output checks shared by every out variant: dtype, shape, device, no self-overlap, and
-// either the same memory as its input (in place) or no overlap with it.
-void check_out(const char* op, const char* name, const at::Tensor& out, const char* in_name,
-               const at::Tensor& in) {
-  check_device(op, name, out, in_name, in);
-  TORCH_CHECK(out.scalar_type() == in.scalar_type(), "ltx_kernels.", op, ": ", name,
-              " must have ", in_name, "'s dtype ", in.scalar_type(), ", got ", out.scalar_type());
-  TORCH_CHECK(out.sizes() == in.sizes(), "ltx_kernels.", op, ": ", name, " must have ", in_name,
-              "'s shape ", shape_str(in.sizes()), ", got ", shape_str(out.sizes()));
-  TORCH_CHECK(at::has_internal_overlap(out) != at::MemOverlap::Yes, "ltx_kernels.", op, ": ",
-              name, " must not overlap itself (got strides ", shape_str(out.strides()),
-              ", e.g. an expanded tensor)");
-  TORCH_CHECK(at::get_overlap_status(out, in) != at::MemOverlapStatus::Partial, "ltx_kernels.",
-              op, ": ", name, " partially overlaps ", in_name, "; pass ", in_name,
-              " itself (in place) or separate memory");
-}
 
-void check_disjoint(const char* op, const char* a_name, const at::Tensor& a, const char* b_name,
-                    const at::Tensor& b) {
-  const at::MemOverlapStatus s = at::get_overlap_status(a, b);
-  TORCH_CHECK(s != at::MemOverlapStatus::Full && s != at::MemOverlapStatus::Partial,
-              "ltx_kernels.", op, ": ", a_name, " overlaps ", b_name,
-              "; outputs must not alias the other input or each other");
-}
 
 // One tensor the kernel rotates: its canonical input view, and where the result goes
 // (the canonical output view, or a temporary copied into `out` afterwards).
