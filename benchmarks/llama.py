@@ -38,7 +38,8 @@ def parse_args(argv=None):
     p.add_argument("--batch-size", type=int, default=1)
     p.add_argument("--prefill-tokens", type=int, default=None, help="default 4096 (tiny 32)")
     p.add_argument("--decode-tokens", type=int, default=None, help="default 128 (tiny 8)")
-    p.add_argument("--warmup-iterations", type=int, default=1)
+    p.add_argument("--warmup-iterations", type=int, default=2,
+                   help="untimed runs; the first one initialises the StaticCache, which makes compile retrace once")
     p.add_argument("--warmup-decode", type=int, default=4, help="decode steps of each warm-up")
     p.add_argument("--compile-mode", default=None, help="torch.compile mode (e.g. reduce-overhead)")
     p.add_argument("--fullgraph", action="store_true")
