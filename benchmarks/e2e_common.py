@@ -1,6 +1,7 @@
 """Shared pieces of the end-to-end benchmarks (benchmarks/ltx_video.py, benchmarks/llama.py):
 kernel loading, timers, the match check, the table and the RESULTS.md section."""
 
+import contextlib
 import datetime
 import json
 import os
@@ -164,3 +165,38 @@ def write_results(stem, title, body, data, results_file=None, out_dir=None):
         if results_file is not None and Path(results_file).exists():
             (out / "RESULTS.md").write_text(Path(results_file).read_text())
         print(f"wrote {stem}_section.md, {stem}_results.json to {out}")
+
+
+@contextlib.contextmanager
+def tf32_off():
+    """float32 matmuls without TF32: the fp32 noise reference of both scripts."""
+    old = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = old
+
+
+def compile_forward(module, args, undo):
+    """torch.compile(module.forward) as an instance attribute; registers its undo first."""
+    assert "forward" not in module.__dict__, "the forward is already overridden"
+    kw = {"fullgraph": args.fullgraph, "dynamic": False}
+    if args.compile_mode:
+        kw["mode"] = args.compile_mode
+    module.forward = torch.compile(module.forward, **kw)
+
+    def uncompile():
+        del module.forward
+        torch._dynamo.reset()
+
+    undo.insert(0, uncompile)
+
+
+def match_text(m):
+    """The "match vs baseline" cell of a result row."""
+    if m.get("reference"):
+        noise = "" if m["noise"] is None else f" (noise max|Δ| {m['noise']:.3g}, cos {m['noise_cos']:.6f})"
+        return "reference" + noise
+    rel = "" if m["noise"] is None else (" <= " if m["max_abs"] <= m["noise"] else " > ") + f"{m['noise']:.3g}"
+    return f"{'PASS' if m['pass'] else 'FAIL'} (cos {m['cos']:.6f}, max|Δ| {m['max_abs']:.3g}{rel})"

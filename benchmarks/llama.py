@@ -17,7 +17,6 @@ logits with the baseline's (see --noise-ref).
 """
 
 import argparse
-import contextlib
 import sys
 import time
 from pathlib import Path
@@ -157,33 +156,13 @@ def apply_config(model, name, args):
 
         undo.append(unkernelize)
     if "compile" in name:
-        assert "forward" not in model.__dict__
-        kw = {"fullgraph": args.fullgraph, "dynamic": False}
-        if args.compile_mode:
-            kw["mode"] = args.compile_mode
-        model.forward = torch.compile(model.forward, **kw)
-
-        def uncompile():
-            del model.forward
-            torch._dynamo.reset()
-
-        undo.insert(0, uncompile)
+        common.compile_forward(model, args, undo)
 
     def undo_all():
         for fn in undo:
             fn()
 
     return undo_all, info
-
-
-@contextlib.contextmanager
-def fp32_context():
-    old = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
-    try:
-        yield
-    finally:
-        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = old
 
 
 def main(argv=None):
@@ -212,7 +191,7 @@ def main(argv=None):
         print("noise reference (fp32): the baseline again in float32", flush=True)
         model.to(torch.float32)  # exact upcast of the bf16 weights
         try:
-            with fp32_context():
+            with common.tf32_off():
                 noise = run_once(model, make_cache(model, args), args, ids, dec_ids, args.decode_tokens)["logits"]
         finally:
             model.to(args.torch_dtype)
@@ -289,16 +268,10 @@ def table(args, results):
               "decode speedup"] + (["peak GiB"] if cuda else []) + ["match vs baseline"]
     rows = []
     for name, r in results.items():
-        m = r["match"]
-        if m.get("reference"):
-            mt = "reference" + ("" if m["noise"] is None else f" (noise max|Δ| {m['noise']:.3g}, cos {m['noise_cos']:.6f})")
-        else:
-            rel = "" if m["noise"] is None else (" <= " if m["max_abs"] <= m["noise"] else " > ") + f"{m['noise']:.3g}"
-            mt = f"{'PASS' if m['pass'] else 'FAIL'} (cos {m['cos']:.6f}, max|Δ| {m['max_abs']:.3g}{rel})"
         rows.append([name.replace("+", " + "), f"{r['prefill_ms']:.2f}", f"{r['decode_ms']:.3f}",
                      f"{args.batch_size * 1e3 / r['decode_ms']:.1f}",
                      f"{base['prefill_ms'] / r['prefill_ms']:.3f}x", f"{base['decode_ms'] / r['decode_ms']:.3f}x"]
-                    + ([f"{r['peak_gib']:.1f}"] if cuda else []) + [mt])
+                    + ([f"{r['peak_gib']:.1f}"] if cuda else []) + [common.match_text(r["match"])])
     return header, rows
 
 

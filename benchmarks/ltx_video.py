@@ -220,12 +220,8 @@ def run_pipeline(pipe, args, embeds, steps, label, output_type, show_bar=True):
 def noise_context(kind):
     """The baseline computed again with different but equivalent op orders."""
     if kind == "fp32":
-        old = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
-        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
-        try:
+        with common.tf32_off():
             yield
-        finally:
-            torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = old
     elif kind == "math-sdpa":
         from torch.nn.attention import SDPBackend, sdpa_kernel
 
@@ -273,17 +269,7 @@ def apply_config(pipe, kernel, name, args):
             raise RuntimeError(f"patch_ltx_video replaced nothing: {handle}")
         undo.append(handle.undo)
     if "compile" in name:
-        assert "forward" not in tr.__dict__, "the transformer forward is already overridden"
-        kw = {"fullgraph": args.fullgraph, "dynamic": False}
-        if args.compile_mode:
-            kw["mode"] = args.compile_mode
-        tr.forward = torch.compile(tr.forward, **kw)
-
-        def uncompile():
-            del tr.forward
-            torch._dynamo.reset()
-
-        undo.insert(0, uncompile)
+        common.compile_forward(tr, args, undo)
 
     def undo_all():
         for fn in undo:
@@ -422,17 +408,10 @@ def table(args, results):
               "step speedup", "total speedup"] + (["peak GiB"] if cuda else []) + ["match vs baseline"]
     rows = []
     for name, r in results.items():
-        m = r["match"]
-        if m.get("reference"):
-            mt = "reference" + ("" if m["noise"] is None else f" (noise max|Δ| {m['noise']:.3g}, cos {m['noise_cos']:.6f})")
-        else:
-            mt = (f"{'PASS' if m['pass'] else 'FAIL'} (cos {m['cos']:.6f}, max|Δ| {m['max_abs']:.3g}"
-                  + ("" if m["noise"] is None else f" <= {m['noise']:.3g}" if m["max_abs"] <= m["noise"] else f" > {m['noise']:.3g}")
-                  + ")")
         rows.append([name.replace("+", " + "), f"{r['wall_ms'] / 1e3:.2f}", f"{r['loop_ms'] / 1e3:.2f}",
                      f"{r['step_mean_ms']:.2f}", f"{r['its']:.2f}",
                      f"{base['step_mean_ms'] / r['step_mean_ms']:.3f}x", f"{base['wall_ms'] / r['wall_ms']:.3f}x"]
-                    + ([f"{r['peak_gib']:.1f}"] if cuda else []) + [mt])
+                    + ([f"{r['peak_gib']:.1f}"] if cuda else []) + [common.match_text(r["match"])])
     return header, rows
 
 
