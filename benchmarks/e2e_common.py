@@ -31,6 +31,20 @@ def load_kernel(device):
         return kernels.get_kernel(REPO_ID, version=1)
 
 
+def mark_transformers_layers(pairs):
+    """transformers marks its layers for kernelize only when it accepts the installed kernels
+    version; otherwise its decorator is a no-op. Mark the (class, layer name) pairs that
+    lack the mark with kernels.replace_kernel_forward_from_hub; returns the names marked."""
+    import kernels
+
+    marked = []
+    for cls, name in pairs:
+        if cls is not None and getattr(cls, "kernel_layer_name", None) is None:
+            kernels.replace_kernel_forward_from_hub(cls, name)
+            marked.append(name)
+    return marked
+
+
 def parse_configs(text):
     names = [c.strip() for c in text.split(",") if c.strip()]
     bad = [c for c in names if c not in CONFIGS]

@@ -123,6 +123,12 @@ def kernelized_forwards(model):
     return {id(m): m for m in model.modules() if "forward" in m.__dict__}
 
 
+def transformers_version():
+    import transformers
+
+    return transformers.__version__
+
+
 def apply_config(model, name, args):
     """Set up one configuration; returns (undo, info)."""
     undo, info = [], {}
@@ -133,6 +139,15 @@ def apply_config(model, name, args):
         devtype = torch.device(args.device).type
         mapping = {n: {devtype: LocalLayerRepository(common.REPO, layer_name=n)} for n in names}
         mode = Mode.INFERENCE | (Mode.TORCH_COMPILE if "compile" in name else Mode.INFERENCE)
+        from transformers import activations
+        from transformers.models.llama.modeling_llama import LlamaRMSNorm
+
+        marked = common.mark_transformers_layers([
+            (LlamaRMSNorm, "RMSNorm"), (getattr(activations, "GELUTanh", None), "GeluTanh"),
+            (getattr(activations, "GELUActivation", None), "GeLU")])
+        if marked:
+            print(f"transformers {transformers_version()} did not mark {marked} for kernelize "
+                  "(kernels version outside its pin); marked with replace_kernel_forward_from_hub")
         before = kernelized_forwards(model)
         import logging
 
@@ -174,7 +189,11 @@ def main(argv=None):
     dev = args.device
     print(f"Llama e2e: device {dev}, dtype {args.dtype}, configs {args.config_list}", flush=True)
     if any("kernels" in c for c in args.config_list):
-        args.kernel_module = common.load_kernel(dev).layers.__name__  # fail early if the build is missing
+        # what LocalLayerRepository(REPO) loads in kernelize (torch's own backend, whatever dev
+        # is); fails early if the build is missing
+        from kernels import get_local_kernel
+
+        args.kernel_module = get_local_kernel(common.REPO).layers.__name__
     t0 = time.perf_counter()
     model = build_model(args)
     n_params = sum(p.numel() for p in model.parameters())

@@ -61,6 +61,10 @@ def eager_norm(x, weight, eps, norm):
             return m(x)
     # LayerNorm(bias=False) with that weight; ATen wants an fp32 or same-dtype weight.
     w = weight if weight.dtype == x.dtype else weight.float()
+    if w.dtype != x.dtype and x.device.type == "cuda":
+        # CUDA's layer_norm refuses a mixed (bf16/fp16 x, fp32 weight) pair that the CPU
+        # kernel accepts (fp32 math, one rounding): take the CPU module's answer.
+        return F.layer_norm(x.cpu(), (d,), w.cpu(), None, eps).to(x.device)
     return F.layer_norm(x, (d,), w, None, eps)
 
 

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from .util import REPO
+from .util import HAS_GPU, REPO
 
 pytestmark = pytest.mark.kernels_ci
 
@@ -39,7 +39,8 @@ def test_ltx_video_tiny_cpu(tmp_path):
 def test_llama_tiny_cpu(tmp_path):
     pytest.importorskip("transformers", reason="benchmarks/llama.py needs transformers")
     bench = _load("llama")
-    data = bench.main(["--tiny", "--device", "cpu", "--configs", "baseline,kernels",
+    # kernelize's LocalLayerRepository loads torch's own backend: CUDA on a GPU machine
+    data = bench.main(["--tiny", "--device", "cuda" if HAS_GPU else "cpu", "--configs", "baseline,kernels",
                        "--decode-tokens", "4", "--warmup-decode", "1", "--no-results", "--out", str(tmp_path)])
     res = data["results"]
     assert res["kernels"]["kernelized"] == {"RMSNorm": 5}, res["kernels"]["kernelized"]

@@ -49,6 +49,27 @@ _support = importlib.import_module(kernel.__name__ + "._layer_support")
 # ----------------------------------------------------------------------------- helpers
 
 
+@pytest.fixture(autouse=True, scope="module")
+def transformers_marked():
+    """transformers decorates its norms/activations for kernelize only when it accepts the
+    installed kernels version (its own min/max pin); otherwise the decorator is a no-op and
+    kernelize would silently replace nothing. Mark those classes ourselves then, as a user
+    of such a pairing would with kernels.replace_kernel_forward_from_hub."""
+    pairs = []
+    try:
+        from transformers import activations
+        from transformers.models.llama.modeling_llama import LlamaRMSNorm
+    except ImportError:
+        yield
+        return
+    for cls, name in [(LlamaRMSNorm, "RMSNorm"), (getattr(activations, "GELUTanh", None), "GeluTanh"),
+                      (getattr(activations, "GELUActivation", None), "GeLU")]:
+        if cls is not None and getattr(cls, "kernel_layer_name", None) is None:
+            pairs.append((cls, name))
+    with hub_names(*pairs):
+        yield
+
+
 @pytest.fixture
 def hub_repo(monkeypatch, tmp_path):
     """LayerRepository(REPO_ID, version=1) resolvable offline.

@@ -83,6 +83,7 @@ class BuildError(RuntimeError):
 
 
 _print_lock = threading.Lock()
+_CACHE_LOCK = threading.RLock()  # guards build/_torch.json read-modify-write across threads
 
 
 def say(text: str):
@@ -107,7 +108,8 @@ def write_if_changed(path: Path, data: bytes) -> bool:
     if path.is_file() and path.stat().st_size == len(data) and path.read_bytes() == data:
         return False
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")  # two builds may run at once
+    # Two builds may run at once, and one build's compile threads may race here too.
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     tmp.write_bytes(data)
     os.replace(tmp, path)  # atomic: a concurrent reader never sees half a file
     return True
@@ -195,6 +197,10 @@ class TorchInfo:
         return f"{major}.{minor}"
 
     def _cached(self, name: str, key: str | None, compute):
+        with _CACHE_LOCK:  # compile threads ask at once; ask the GPU once
+            return self._cached_locked(name, key, compute)
+
+    def _cached_locked(self, name: str, key: str | None, compute):
         try:
             cache = json.loads(self.cache_file.read_text())
         except (OSError, ValueError):
