@@ -159,7 +159,10 @@ class Case:
     ref_kw: dict = field(default_factory=dict)
     peers: Callable[[dict, "Env"], list] | None = None  # -> list[Impl] (besides eager/compile)
     extra_eager: Callable[[dict], list] | None = None  # more eager peers, e.g. F.rms_norm
-    ours_max_ulp: int = 2  # vs the eager reference, checked on CUDA
+    # vs the eager reference, checked on CUDA; None: not checked (the float64 check
+    # decides), where a flipped fp32 rounding of the norm meets a cancellation
+    # (norm * (1 + scale) + shift near 0) and the ulp distance of the tiny result is unbounded
+    ours_max_ulp: int | None = 2
     tables: str = ""  # what the byte model counts beyond x and out
 
 
@@ -428,7 +431,7 @@ def adaln_case(shape, mod_shape, dtype, device, norm):
                 ("x", "scale", "shift"),
                 lambda k, i: k.adaln(i["x"], i["scale"], i["shift"], None, 1e-6, norm),
                 ref_adaln_rms if norm == "rms" else ref_adaln_layer, ("x", "scale", "shift"),
-                peers=peers, tables="scale, shift at their own size")
+                peers=peers, tables="scale, shift at their own size", ours_max_ulp=None)
 
 
 def gated_case(shape, gate_shape, dtype, device):
@@ -720,7 +723,7 @@ def run_case(case, env, timer, ceiling, empty_us, args):
             # fp32: eager's reduction order differs from ours by a few ulp; the float64 check
             # above is the criterion there.
             if (ok and impl.name == "ours" and env.device == "cuda" and case.dtype != torch.float32
-                    and (u is None or u > case.ours_max_ulp)):
+                    and case.ours_max_ulp is not None and (u is None or u > case.ours_max_ulp)):
                 ok, msg = False, f"{u} ulp from the eager reference (> {case.ours_max_ulp})"
             row["status"] = "ok" if ok else "mismatch"
             if msg:

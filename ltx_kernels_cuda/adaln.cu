@@ -1,9 +1,9 @@
 // AdaLN modulation and gated residual on CUDA.
 //
-// adaln: one group of `tpr` threads per row (a power of two, up to 512; several
-// rows per block when tpr < 256), grid-stride over rows. Each thread issues the
-// loads of up to kCached vectors of x, scale and shift of its row at once (so a
-// row is read from memory once and many bytes are in flight), reduces in fp32,
+// adaln: one group of `tpr` threads per row (plan_rows in common/dispatch.cuh:
+// several rows per block for short rows), grid-stride over rows. Each thread issues
+// the loads of its kCached vectors of x, scale and shift at once (1 while a row fits
+// in 512 threads, so registers stay low and many rows are in flight), reduces in fp32,
 // then writes norm(x) * (1 + scale) + shift with the eager chain's rounding
 // points (torch_binding.h). Rows longer than tpr * kCached vectors re-read the
 // remainder. scale/shift rows are found through the RowSpace (row_index.h):
@@ -25,12 +25,10 @@
 namespace ltx::cuda {
 namespace {
 
-// Vectors per thread and operand held in registers, which is also what the
-// launch aims for: 4, or 2 when the widest operand moves 16 bytes per vector
-// (three 16-byte operands x 4 would not fit in 128 registers).
+// Vectors per thread and operand held in registers at most: 4, or 2 when the widest
+// operand moves 16 bytes per vector (three 16-byte operands x 4 would not fit in 128
+// registers).
 constexpr int cached_for(int widest_vector_bytes) { return widest_vector_bytes >= 16 ? 2 : 4; }
-constexpr int kBlock = 256;          // threads per block when rows are short
-constexpr int kMaxTpr = 512;         // threads per row at most (register budget: 128)
 
 // Dtype codes for the generic kernel.
 constexpr int kF32 = 0, kF16 = 1, kBF16 = 2;
@@ -104,23 +102,6 @@ __device__ __forceinline__ void load_weight(const float* w, int64_t off, float (
   }
 }
 
-struct Launch {
-  int tpr;
-  int block;
-  unsigned grid;
-};
-
-
-Launch plan_launch(int64_t rows, int64_t nvec, int per_thread, int device) {
-  Launch l;
-  l.tpr = std::min(kMaxTpr, pow2_ceil(ceil_div(nvec, per_thread)));
-  l.block = std::max(l.tpr, kBlock);
-  const int64_t groups = l.block / l.tpr;
-  // Grid-stride over rows beyond the grid; 64 blocks per SM is plenty to balance.
-  const int64_t max_blocks = static_cast<int64_t>(sm_count(device)) * 64;
-  l.grid = static_cast<unsigned>(std::min(ceil_div(rows, groups), max_blocks));
-  return l;
-}
 
 // ---- adaln -------------------------------------------------------------------------
 
@@ -142,12 +123,12 @@ struct AdaLnParams {
   int dx, ds, dh, dout;  // dtype codes (generic kernel)
 };
 
-template <class IoX, class IoM, class IoO>
-__global__ void __launch_bounds__(kMaxTpr, 1) adaln_kernel(AdaLnParams p) {
+// kWeight: p.w is set (a separate instantiation: LTX's norms have none, and the weight's
+// registers would otherwise cost the weight-less kernel occupancy).
+template <class IoX, class IoM, class IoO, int kCached, bool kWeight>
+__global__ void __launch_bounds__(kMaxRowThreads, 1) adaln_kernel(AdaLnParams p) {
   constexpr int N = IoX::kN;
   static_assert(IoM::kN == N && IoO::kN == N, "one vector width");
-  constexpr int kCached = cached_for(static_cast<int>(
-      std::max({sizeof(typename IoX::Raw), sizeof(typename IoM::Raw), sizeof(typename IoO::Raw)})));
   __shared__ float scratch[kMaxWarpsPerBlock];
 
   const int nvec = p.cols / N;
@@ -225,12 +206,12 @@ __global__ void __launch_bounds__(kMaxTpr, 1) adaln_kernel(AdaLnParams p) {
     auto finish = [&](const typename IoX::Raw& xv, const typename IoM::Raw& sv,
                       const typename IoM::Raw& hv, int j) {
       float wv[N];
-      if (p.w != nullptr) load_weight<N>(p.w, static_cast<int64_t>(j) * N, wv);
+      if constexpr (kWeight) load_weight<N>(p.w, static_cast<int64_t>(j) * N, wv);
       float o[N];
 #pragma unroll
       for (int k = 0; k < N; ++k) {
         float n = round_through(__fmul_rn(IoX::get(xv, k) - mean, inv), p.mid);
-        if (p.w != nullptr) n = __fmul_rn(n, wv[k]);
+        if constexpr (kWeight) n = __fmul_rn(n, wv[k]);
         n = round_through(n, p.norm);
         const float s1 = round_through(__fadd_rn(1.0f, IoM::get(sv, k)), p.scale1);
         float m = __fmul_rn(n, s1);
@@ -270,13 +251,10 @@ struct GateParams {
   int dx, dy, dg, dout;
 };
 
-template <class IoX, class IoY, class IoG, class IoO>
-__global__ void __launch_bounds__(kMaxTpr, 1) gated_residual_kernel(GateParams p) {
+template <class IoX, class IoY, class IoG, class IoO, int kCached>
+__global__ void __launch_bounds__(kMaxRowThreads, 1) gated_residual_kernel(GateParams p) {
   constexpr int N = IoX::kN;
   static_assert(IoY::kN == N && IoG::kN == N && IoO::kN == N, "one vector width");
-  constexpr int kCached = cached_for(static_cast<int>(
-      std::max({sizeof(typename IoX::Raw), sizeof(typename IoY::Raw), sizeof(typename IoG::Raw),
-                sizeof(typename IoO::Raw)})));
   const int nvec = p.cols / N;
   const int lane = threadIdx.x % p.tpr;
   const int groups = blockDim.x / p.tpr;
@@ -364,8 +342,9 @@ void adaln_launch(const at::Tensor& out2d, const at::Tensor& x2d, const at::Tens
                 rows.stride_gcd(shift ? 1 : 0)}});
   const int64_t widest = std::max({x2d.element_size(), out2d.element_size(), scale.element_size(),
                                    shift ? shift->element_size() : 1});
-  const Launch l = plan_launch(p.rows, p.cols / vec, cached_for(static_cast<int>(vec * widest)),
-                               x2d.device().index());
+  if (p.rows == 0 || p.cols == 0) return;
+  const RowPlan l = plan_rows(p.rows, p.cols / vec, cached_for(static_cast<int>(vec * widest)),
+                              x2d.device().index());
   p.tpr = l.tpr;
 
   // Fast paths: x, scale/shift and out all of one dtype, or half x with fp32
@@ -379,8 +358,23 @@ void adaln_launch(const at::Tensor& out2d, const at::Tensor& x2d, const at::Tens
       constexpr int N = decltype(n)::value;
       constexpr size_t widest = std::max({sizeof(Tx), sizeof(Tm), sizeof(To)});
       if constexpr (N >= 2 && N * widest <= 16) {
-        adaln_kernel<TypedIo<Tx, N>, TypedIo<Tm, N>, TypedIo<To, N>>
-            <<<l.grid, l.block, 0, stream>>>(p);
+        // A second cached vector only at full 16-byte width: narrower vectors (misaligned
+        // views) with two or more cached would spill; they re-read the rest instead.
+        auto go = [&](auto w) {
+          constexpr bool kW = decltype(w)::value;
+          if (l.cache >= 2 && N * widest == 16) {
+            adaln_kernel<TypedIo<Tx, N>, TypedIo<Tm, N>, TypedIo<To, N>, 2, kW>
+                <<<l.grid, l.block, 0, stream>>>(p);
+          } else {
+            adaln_kernel<TypedIo<Tx, N>, TypedIo<Tm, N>, TypedIo<To, N>, 1, kW>
+                <<<l.grid, l.block, 0, stream>>>(p);
+          }
+        };
+        if (p.w != nullptr) {
+          go(std::true_type{});
+        } else {
+          go(std::false_type{});
+        }
         C10_CUDA_KERNEL_LAUNCH_CHECK();
         done = true;
       }
@@ -397,7 +391,12 @@ void adaln_launch(const at::Tensor& out2d, const at::Tensor& x2d, const at::Tens
     }
   }
   if (!done) {
-    adaln_kernel<AnyIo, AnyIo, AnyIo><<<l.grid, l.block, 0, stream>>>(p);
+    // one cached vector (the rest is re-read); the weight is a run-time branch here
+    if (p.w != nullptr) {
+      adaln_kernel<AnyIo, AnyIo, AnyIo, 1, true><<<l.grid, l.block, 0, stream>>>(p);
+    } else {
+      adaln_kernel<AnyIo, AnyIo, AnyIo, 1, false><<<l.grid, l.block, 0, stream>>>(p);
+    }
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   }
 }
@@ -433,8 +432,9 @@ void gated_residual_launch(const at::Tensor& out2d, const at::Tensor& x2d, const
                                           {p.gate, gate.element_size(), rows.stride_gcd(1)}});
   const int64_t widest = std::max({x2d.element_size(), out2d.element_size(), y.element_size(),
                                    gate.element_size()});
-  const Launch l = plan_launch(p.rows, p.cols / vec, cached_for(static_cast<int>(vec * widest)),
-                               x2d.device().index());
+  if (p.rows == 0 || p.cols == 0) return;
+  const RowPlan l = plan_rows(p.rows, p.cols / vec, cached_for(static_cast<int>(vec * widest)),
+                              x2d.device().index());
   p.tpr = l.tpr;
 
   // Fast paths: one dtype throughout, or fp32 x/gate/out with a half y (Wan's
@@ -447,8 +447,13 @@ void gated_residual_launch(const at::Tensor& out2d, const at::Tensor& x2d, const
       constexpr int N = decltype(n)::value;
       constexpr size_t widest = std::max(sizeof(Tx), sizeof(Ty));
       if constexpr (N >= 2 && N * widest <= 16) {
-        gated_residual_kernel<TypedIo<Tx, N>, TypedIo<Ty, N>, TypedIo<Tx, N>, TypedIo<Tx, N>>
-            <<<l.grid, l.block, 0, stream>>>(p);
+        if (l.cache >= 2 && N * widest == 16) {
+          gated_residual_kernel<TypedIo<Tx, N>, TypedIo<Ty, N>, TypedIo<Tx, N>, TypedIo<Tx, N>, 2>
+              <<<l.grid, l.block, 0, stream>>>(p);
+        } else {  // one vector per thread and batch (the batch loop covers any row length)
+          gated_residual_kernel<TypedIo<Tx, N>, TypedIo<Ty, N>, TypedIo<Tx, N>, TypedIo<Tx, N>, 1>
+              <<<l.grid, l.block, 0, stream>>>(p);
+        }
         C10_CUDA_KERNEL_LAUNCH_CHECK();
         done = true;
       }
@@ -462,7 +467,7 @@ void gated_residual_launch(const at::Tensor& out2d, const at::Tensor& x2d, const
     }
   }
   if (!done) {
-    gated_residual_kernel<AnyIo, AnyIo, AnyIo, AnyIo><<<l.grid, l.block, 0, stream>>>(p);
+    gated_residual_kernel<AnyIo, AnyIo, AnyIo, AnyIo, 2><<<l.grid, l.block, 0, stream>>>(p);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   }
 }

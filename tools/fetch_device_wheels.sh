@@ -13,6 +13,7 @@
 #   kernels, tomlkit, kernel-abi-check   loading the build, the Hub-rule tests
 #   diffusers                            the diffusers references (tests, benchmark)
 #   liger-kernel                         benchmark peer (Triton; torch + triton are on the image)
+#   cryptography, cffi, pycparser        `kernels benchmark` (kernels.cli imports cryptography)
 #   flashinfer-python, apache-tvm-ffi    benchmark peer (CUDA JIT path: norm/rope/activation
 #                                        compile on first call with the image's nvcc + ninja)
 # Not fetched on purpose: flashinfer-cubin (437 MB, only trtllm-gen attention/GEMM/MoE),
@@ -32,6 +33,9 @@ WHEELS=(
   liger-kernel==0.8.5
   flashinfer-python==0.6.13
   "apache-tvm-ffi==0.1.15.post2"   # flashinfer 0.6.13 wants <0.2, !=0.1.8
+  cryptography==46.0.3             # kernels.cli (the `kernels benchmark` command) imports it
+  cffi==2.0.0
+  pycparser==2.23
 )
 
 PLATFORMS=()
