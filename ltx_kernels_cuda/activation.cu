@@ -21,25 +21,11 @@ namespace ltx::cuda {
 namespace {
 
 constexpr int kBlock = 256;   // most threads per block
-// Vectors per thread per tile: 2 loads in flight per thread either way (gated forms
-// load two operands per vector), at high occupancy (6 blocks of 256 threads from
-// sm_80 on, <= 40 registers; sm_75 holds 1024 threads per SM): tanhf/erff make these
-// kernels half compute, and more resident warps overlap that math with the loads
-// better than deeper unrolling at lower occupancy (measured 2026-12-02: U = 4 at 4
-// blocks/SM ran gelu_tanh 5% behind eager's elementwise kernel, which keeps more
-// warps resident).
+// Vectors per thread per tile: 4 loads in flight per thread either way (gated
+// forms load two operands per vector).
 template <bool kGated>
-constexpr int kUnroll = kGated ? 1 : 2;
-// Resident blocks per SM the register budget must allow: the SM's thread limit / 256
-// (2048 threads on sm_80/90/100, 1536 on sm_86/89/120, 1024 on sm_75). ptxas spills
-// the bf16 x8 kernels at the 40-register target of 6 blocks on sm_90 but not at 32.
-#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ == 800 || __CUDA_ARCH__ == 900 || __CUDA_ARCH__ == 1000
-constexpr int kMinBlocks = 8;
-#elif __CUDA_ARCH__ < 800
-constexpr int kMinBlocks = 4;
-#else
-constexpr int kMinBlocks = 6;
-#endif
+constexpr int kUnroll = kGated ? 2 : 4;
+constexpr int kMinBlocks = 4; // resident blocks per SM the register budget must allow (<= 64 regs)
 constexpr int kWaves = 32;    // blocks per SM at most; the grid-stride loop does the rest
 
 // Constants exactly as ATen computes them (double math, then one cast to float).

@@ -1,8 +1,8 @@
 // Fused q/k RMSNorm + interleaved RoPE on CUDA (the LTX-Video attention prologue; see
 // rmsnorm_rope_qk_launch in torch_binding.h).
 //
-// rmsnorm.cu's pattern for two rows at once: one group of `tpr` threads (plan_rows in
-// common/dispatch.cuh) per token handles that token's q row and k row. Each thread keeps kCached
+// rmsnorm.cu's pattern for two rows at once: one group of `tpr` threads (a power of two)
+// per token handles that token's q row and k row. Each thread keeps up to kCached
 // vectors of each row in registers, so q and k are read once (longer rows re-read their
 // tail); both sums of squares are reduced with row_sum, then for every vector the
 // thread loads the cos/sin elements once and applies them to q and to k. With tables,
@@ -21,9 +21,10 @@
 namespace ltx::cuda {
 namespace {
 
-// Vectors per thread and tensor held in registers, at most: two rows (q and k) per
-// thread, so 2 (4 spills on sm_100/120 at 128 registers); bf16 rows up to 8192 stay cached.
-constexpr int kMaxCache = 2;
+constexpr int kCached = 4;           // vectors per thread and tensor held in registers
+constexpr int kTargetPerThread = 4;  // vectors per thread the launch aims for
+constexpr int kBlock = 256;          // threads per block when rows are short
+constexpr int kMaxBlock = 512;       // as rmsnorm.cu: no __launch_bounds__, no spills
 
 struct QkParams {
   const void* x[2];  // q, k rows
@@ -130,8 +131,8 @@ __device__ __forceinline__ void store_rotated(const float* n, const float* c, co
   store_n<T, N, kVec>(r, o);
 }
 
-template <typename T, typename Tw, int N, bool kVec, int kCached>
-__global__ void __launch_bounds__(kMaxRowThreads, 1) rmsnorm_rope_qk_kernel(QkParams p) {
+template <typename T, typename Tw, int N, bool kVec>
+__global__ void rmsnorm_rope_qk_kernel(QkParams p) {
   __shared__ float scratch[kMaxWarpsPerBlock];
   using V = Vec<T, N>;
   const int nvec = p.cols / N;
@@ -289,16 +290,19 @@ void rmsnorm_rope_qk_launch(const at::Tensor& q_out2d, const at::Tensor& q2d,
   // with scalar accesses.
   if (vec < 4) vec = p.cols % 2 == 0 ? 2 : 1;
 
-  if (p.tokens == 0 || p.cols == 0) return;
-  const RowPlan plan = plan_rows(p.tokens, p.cols / vec, kMaxCache, q2d.device().index());
-  p.tpr = plan.tpr;
+  const int64_t nvec = p.cols / vec;
+  const int tpr_wanted = std::min(kMaxBlock, pow2_ceil(ceil_div(nvec, kTargetPerThread)));
+  const int64_t max_blocks = static_cast<int64_t>(sm_count(q2d.device().index())) * 64;
   auto launch = [&](auto kernel) {
-    kernel<<<plan.grid, plan.block, 0, stream>>>(p);
+    cudaFuncAttributes attr;
+    C10_CUDA_CHECK(cudaFuncGetAttributes(&attr, kernel));
+    p.tpr = tpr_wanted;
+    while (p.tpr > attr.maxThreadsPerBlock) p.tpr /= 2;
+    const int block = std::min(std::max(p.tpr, kBlock), attr.maxThreadsPerBlock);
+    const int64_t groups = block / p.tpr;
+    const unsigned grid = static_cast<unsigned>(std::min(ceil_div(p.tokens, groups), max_blocks));
+    kernel<<<grid, block, 0, stream>>>(p);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
-  };
-  // Deeper register caches only for the vector forms (scalar forms re-read the rest).
-  auto launch_cached = [&](auto kernel_of) {
-    dispatch_cache<kMaxCache>(plan.cache, [&](auto c) { launch(kernel_of(c)); });
   };
 
   dispatch_float(x_dtype, [&](auto xt) {
@@ -310,20 +314,16 @@ void rmsnorm_rope_qk_launch(const at::Tensor& q_out2d, const at::Tensor& q2d,
         switch (vec) {
           case 8:
             if constexpr (8 * widest <= 16) {
-              return launch_cached([](auto c) {
-                return rmsnorm_rope_qk_kernel<T, Tw, 8, true, decltype(c)::value>;
-              });
+              return launch(rmsnorm_rope_qk_kernel<T, Tw, 8, true>);
             }
             break;
           case 4:
             if constexpr (4 * widest <= 16) {
-              return launch_cached([](auto c) {
-                return rmsnorm_rope_qk_kernel<T, Tw, 4, true, decltype(c)::value>;
-              });
+              return launch(rmsnorm_rope_qk_kernel<T, Tw, 4, true>);
             }
             break;
-          case 2: return launch(rmsnorm_rope_qk_kernel<T, Tw, 2, false, 1>);
-          default: return launch(rmsnorm_rope_qk_kernel<T, Tw, 1, false, 1>);
+          case 2: return launch(rmsnorm_rope_qk_kernel<T, Tw, 2, false>);
+          default: return launch(rmsnorm_rope_qk_kernel<T, Tw, 1, false>);
         }
         TORCH_CHECK(false, "ltx_kernels.rmsnorm_rope_qk: internal error: vector width ", vec);
       } else {

@@ -1,9 +1,9 @@
 // RMSNorm forward on CUDA.
 //
-// One group of `tpr` threads per row, several rows per block for short rows
-// (plan_rows in common/dispatch.cuh). Each thread keeps C vectors of its row in
-// registers (C = 1 up to 512 vectors per row, then 2 or 4), so x is read from
-// memory once; rows longer than tpr * C vectors re-read the remainder. Sum of
+// One group of `tpr` threads per row (tpr = 1..1024, a power of two; several
+// rows per block when tpr < block size). Each thread keeps up to kCached
+// vectors of its row in registers, so x is read from memory once; rows longer
+// than tpr * kCached vectors re-read the remainder in the second pass. Sum of
 // squares in fp32, rounding points given by `mid` (see torch_binding.h).
 #include <type_traits>
 
@@ -15,7 +15,9 @@
 namespace ltx::cuda {
 namespace {
 
-constexpr int kMaxCache = 4;  // vectors per thread held in registers, at most
+constexpr int kCached = 4;            // vectors per thread held in registers
+constexpr int kTargetPerThread = 4;   // vectors per thread the launch aims for
+constexpr int kBlock = 256;           // threads per block when rows are short
 
 struct RmsNormParams {
   const void* x;
@@ -48,11 +50,14 @@ __device__ __forceinline__ void normalize_store(const VX v, const Tw* w, To* oro
   o.store(orow + j * N);
 }
 
-// Blocks stop at 512 threads (kMaxRowThreads; forcing 1024 caps registers at 64 and
-// spills on sm_100). Rows longer than 512 * kMaxCache vectors (16K bf16 elements)
-// re-read their tail, mostly from L2.
-template <typename Tx, typename Tw, typename To, int N, int kCached>
-__global__ void __launch_bounds__(kMaxRowThreads, 1) rms_norm_kernel(RmsNormParams p) {
+// Threads per row stop at 512 (no __launch_bounds__: forcing 1024 threads caps
+// registers at 64 and spills on sm_100); the launch also respects the compiled
+// kernel's own thread limit. Rows longer than 512 * kCached vectors (16K bf16
+// elements) re-read their tail, mostly from L2.
+constexpr int kMaxBlock = 512;
+
+template <typename Tx, typename Tw, typename To, int N>
+__global__ void rms_norm_kernel(RmsNormParams p) {
   __shared__ float scratch[kMaxWarpsPerBlock];
   using VX = Vec<Tx, N>;
   const Tx* x = static_cast<const Tx*>(p.x);
@@ -148,11 +153,27 @@ void rms_norm_launch(const at::Tensor& out2d, const at::Tensor& x2d,
       p.cols, {{p.x, x2d.element_size(), p.x_stride},
                {p.out, out2d.element_size(), p.out_stride},
                {p.w ? p.w : p.x, weight ? weight->element_size() : x2d.element_size(), 0}});
-  if (p.rows == 0 || p.cols == 0) return;
-  const RowPlan plan = plan_rows(p.rows, p.cols / vec, kMaxCache, x2d.device().index());
-  p.tpr = plan.tpr;
+  const int64_t nvec = p.cols / vec;
+  const int tpr_wanted = std::min(kMaxBlock, pow2_ceil(ceil_div(nvec, kTargetPerThread)));
+  // A grid-stride loop covers rows beyond the grid; 64 waves is plenty to balance.
+  const int64_t max_blocks = static_cast<int64_t>(sm_count(x2d.device().index())) * 64;
+  const int device = x2d.device().index();
   auto launch = [&](auto kernel) {
-    kernel<<<plan.grid, plan.block, 0, stream>>>(p);
+    // The compiled kernel's thread limit (registers decide it), asked once per device.
+    static int max_threads[64] = {};
+    int limit = device >= 0 && device < 64 ? max_threads[device] : 0;
+    if (limit == 0) {
+      cudaFuncAttributes attr;
+      C10_CUDA_CHECK(cudaFuncGetAttributes(&attr, kernel));
+      limit = attr.maxThreadsPerBlock;
+      if (device >= 0 && device < 64) max_threads[device] = limit;
+    }
+    p.tpr = tpr_wanted;
+    while (p.tpr > limit) p.tpr /= 2;  // any power of two is correct
+    const int block = std::min(std::max(p.tpr, kBlock), limit);
+    const int64_t groups = block / p.tpr;
+    const unsigned grid = static_cast<unsigned>(std::min(ceil_div(p.rows, groups), max_blocks));
+    kernel<<<grid, block, 0, stream>>>(p);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   };
 
@@ -167,15 +188,7 @@ void rms_norm_launch(const at::Tensor& out2d, const at::Tensor& x2d,
             constexpr int N = decltype(n)::value;
             constexpr size_t widest = std::max({sizeof(Tx), sizeof(Tw), sizeof(To)});
             if constexpr (N * widest <= 16) {
-              // Deeper caches only for full 16-byte vectors (narrower ones come from
-              // misaligned views: correct through the re-read loop, fewer kernels).
-              if constexpr (N * widest == 16) {
-                dispatch_cache<kMaxCache>(plan.cache, [&](auto c) {
-                  launch(rms_norm_kernel<Tx, Tw, To, N, decltype(c)::value>);
-                });
-              } else {
-                launch(rms_norm_kernel<Tx, Tw, To, N, 1>);
-              }
+              launch(rms_norm_kernel<Tx, Tw, To, N>);
             } else {
               TORCH_CHECK(false, "ltx_kernels.rms_norm: internal error: vector width ", N);
             }

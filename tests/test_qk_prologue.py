@@ -55,8 +55,11 @@ def assert_matches_eager(out, ref, what):
     pair = r.unflatten(-1, (-1, 2)).norm(dim=-1, keepdim=True).expand(*r.shape[:-1], -1, 2).flatten(-2)
     eps = torch.finfo(out.dtype).eps
     if out.dtype == torch.float32:
-        # the sum of squares' rounding grows with log2(D) under another summation order
-        bound = (8 + 2 * math.log2(out.shape[-1])) * eps * pair + 1e-30
+        # the sum of squares' rounding grows with log2(D) under another summation order; a
+        # flipped rounding of inv moves each rotation term, so the bound follows the terms'
+        # size (the row's mean |value|) where the pair itself cancels (tables not unit)
+        terms = pair + r.abs().mean(dim=-1, keepdim=True)
+        bound = (8 + 2 * math.log2(out.shape[-1])) * eps * terms + 1e-30
     else:
         differ = float((out.cpu() != ref.cpu()).float().mean())
         assert differ <= 0.02, f"{what}: {differ:.2e} of elements differ"
@@ -122,14 +125,18 @@ def test_norm_only_cross_attention(device, dtype):
     assert_matches_eager(oq, rq, "q")
     assert_matches_eager(ok, rk, "k")
     # and equal to the package's own torch-semantics rmsnorm: bit for bit in half precision;
-    # in fp32 the two kernels' reduction orders may flip a rounding (1-2 ulp)
-    own = kernel.rmsnorm(q, nq.weight, 1e-5, semantics="torch")
-    assert_ulp(oq, own, max_ulp=0 if dtype != torch.float32 else 2, what="q vs rmsnorm")
-    assert torch.equal(ok, kernel.rmsnorm(k, nk.weight, 1e-5, semantics="torch"))
+    # in fp32 the two kernels' reduction orders may flip roundings (measured: 3 ulp, H200)
+    tol = 0 if dtype != torch.float32 else 4
+
+    def same(out, x, w, what):
+        assert_ulp(out, kernel.rmsnorm(x, w, 1e-5, semantics="torch"), max_ulp=tol, what=what)
+
+    same(oq, q, nq.weight, "q vs rmsnorm")
+    same(ok, k, nk.weight, "k vs rmsnorm")
     # no weights; odd D without tables
     a, b = kernel.rmsnorm_rope_qk(q[..., :63], k[..., :63], None, None)
-    assert torch.equal(a, kernel.rmsnorm(q[..., :63], None, 1e-5, semantics="torch"))
-    assert torch.equal(b, kernel.rmsnorm(k[..., :63], None, 1e-5, semantics="torch"))
+    same(a, q[..., :63], None, "q, D=63")
+    same(b, k[..., :63], None, "k, D=63")
 
 
 @pytest.mark.parametrize("device", DEVICES)

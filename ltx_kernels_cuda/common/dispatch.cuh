@@ -95,13 +95,14 @@ inline int pow2_ceil(int64_t v) {
   return p;
 }
 
-// ---- row kernels (rmsnorm, adaln, gated residual) -------------------------------
+// ---- row kernels (adaln, gated residual) -----------------------------------------
 //
 // One group of `tpr` threads per row; every thread holds `cache` vectors of its row in
 // registers (the row is read once; longer rows re-read the rest). One vector per thread
 // while a row fits in kMaxRowThreads threads keeps registers low, so many rows per SM
-// are in flight, which is what hides DRAM latency around each row's reduction; 2 or 4
-// vectors per thread only for longer rows. tpr is a power of two up to 32 (shuffle
+// are in flight; 2 or 4 vectors per thread only for longer rows. (Measured 2026-12-02:
+// this plan helped gated_residual and left adaln unchanged, but made rmsnorm and the
+// q/k prologue slower than their deeper-cache launch: see benchmarks/NOTES.md.) tpr is a power of two up to 32 (shuffle
 // width), else a multiple of 32 (row_sum adds per-warp sums); short rows share a block.
 constexpr int kMaxRowThreads = 512;
 constexpr int kRowBlock = 256;
@@ -126,19 +127,6 @@ inline RowPlan plan_rows(int64_t rows, int64_t nvec, int max_cache, int device) 
   const int64_t max_blocks = static_cast<int64_t>(sm_count(device)) * 64;
   p.grid = static_cast<unsigned>(std::min(ceil_div(rows, groups), max_blocks));
   return p;
-}
-
-// Calls f(std::integral_constant<int, C>{}) for a plan's cache depth (planned with
-// max_cache = kMax, so deeper kernels are never instantiated).
-template <int kMax, typename F>
-void dispatch_cache(int c, F&& f) {
-  if constexpr (kMax >= 4) {
-    if (c >= 4) return f(std::integral_constant<int, 4>{});
-  }
-  if constexpr (kMax >= 2) {
-    if (c >= 2) return f(std::integral_constant<int, 2>{});
-  }
-  return f(std::integral_constant<int, 1>{});
 }
 
 }  // namespace ltx::cuda
