@@ -123,12 +123,6 @@ def kernelized_forwards(model):
     return {id(m): m for m in model.modules() if "forward" in m.__dict__}
 
 
-def transformers_version():
-    import transformers
-
-    return transformers.__version__
-
-
 def apply_config(model, name, args):
     """Set up one configuration; returns (undo, info)."""
     undo, info = [], {}
@@ -139,6 +133,7 @@ def apply_config(model, name, args):
         devtype = torch.device(args.device).type
         mapping = {n: {devtype: LocalLayerRepository(common.REPO, layer_name=n)} for n in names}
         mode = Mode.INFERENCE | (Mode.TORCH_COMPILE if "compile" in name else Mode.INFERENCE)
+        import transformers
         from transformers import activations
         from transformers.models.llama.modeling_llama import LlamaRMSNorm
 
@@ -146,7 +141,7 @@ def apply_config(model, name, args):
             (LlamaRMSNorm, "RMSNorm"), (getattr(activations, "GELUTanh", None), "GeluTanh"),
             (getattr(activations, "GELUActivation", None), "GeLU")])
         if marked:
-            print(f"transformers {transformers_version()} did not mark {marked} for kernelize "
+            print(f"transformers {transformers.__version__} did not mark {marked} for kernelize "
                   "(kernels version outside its pin); marked with replace_kernel_forward_from_hub")
         before = kernelized_forwards(model)
         import logging

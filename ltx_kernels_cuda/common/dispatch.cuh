@@ -100,10 +100,11 @@ inline int pow2_ceil(int64_t v) {
 // One group of `tpr` threads per row; every thread holds `cache` vectors of its row in
 // registers (the row is read once; longer rows re-read the rest). One vector per thread
 // while a row fits in kMaxRowThreads threads keeps registers low, so many rows per SM
-// are in flight; 2 or 4 vectors per thread only for longer rows. (Measured 2026-12-02:
-// this plan helped gated_residual and left adaln unchanged, but made rmsnorm and the
-// q/k prologue slower than their deeper-cache launch: see benchmarks/NOTES.md.) tpr is a power of two up to 32 (shuffle
-// width), else a multiple of 32 (row_sum adds per-warp sums); short rows share a block.
+// are in flight; 2 or 4 vectors per thread only for longer rows. tpr is a power of two
+// up to 32 (shuffle width), else a multiple of 32 (row_sum adds per-warp sums); short
+// rows share a block. Measured 2026-12-02: this plan helped gated_residual and left
+// adaln unchanged, but made rmsnorm and the q/k prologue slower than their own
+// deeper-cache launch, which they keep (benchmarks/NOTES.md).
 constexpr int kMaxRowThreads = 512;
 constexpr int kRowBlock = 256;
 
