@@ -9,6 +9,7 @@
 #include <c10/util/Exception.h>
 #include <c10/util/Half.h>
 
+#include <type_traits>
 #include <utility>
 
 namespace ltx::cpu {
@@ -23,6 +24,19 @@ void dispatch_float(at::ScalarType t, F&& f) {
     default: TORCH_CHECK(false, "ltx_kernels: unsupported dtype ", t);
   }
 }
+
+// As dispatch_float, plus double: the CPU ops also run in float64 so that
+// torch.autograd.gradcheck can check their backward (rows.h: check_float_dtype_or_cpu_double).
+template <typename F>
+void dispatch_float_or_double(at::ScalarType t, F&& f) {
+  if (t == at::kDouble) return f(double{});
+  dispatch_float(t, std::forward<F>(f));
+}
+
+// The accumulation / arithmetic type for storage type T: double for double
+// (gradcheck needs float64 math throughout), float for everything else.
+template <typename T>
+using acc_t = std::conditional_t<std::is_same_v<T, double>, double, float>;
 
 // Rounds v to dtype t and back (float: no-op). Models an eager op boundary.
 inline float round_through(at::ScalarType t, float v) {

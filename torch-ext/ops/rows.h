@@ -25,6 +25,19 @@ inline void check_float_dtype(const at::Tensor& t, const char* op, const char* n
               " must be float32, float16 or bfloat16, got ", t.scalar_type());
 }
 
+// Training ops also accept float64 on the CPU (torch.autograd.gradcheck runs there in
+// float64); the CUDA kernels are float32/float16/bfloat16 only.
+inline void check_float_dtype_or_cpu_double(const at::Tensor& t, const char* op, const char* name) {
+  if (t.scalar_type() == at::kDouble) {
+    TORCH_CHECK(t.device().is_cpu(), "ltx_kernels.", op, ": ", name,
+                " is float64 on ", t.device(), "; float64 is supported on the CPU only "
+                "(for gradcheck), use float32, float16 or bfloat16 on GPUs");
+    return;
+  }
+  TORCH_CHECK(is_float_dtype(t.scalar_type()), "ltx_kernels.", op, ": ", name,
+              " must be float32, float16 or bfloat16 (or float64 on the CPU), got ", t.scalar_type());
+}
+
 inline void check_same_device(const at::Tensor& t, const at::Tensor& x, const char* op,
                               const char* name) {
   TORCH_CHECK(t.device() == x.device(), "ltx_kernels.", op, ": ", name, " is on ", t.device(),

@@ -1,0 +1,2 @@
+// rope backward kernels on the CPU (stub, to be filled).
+#include "../torch-ext/ops/rope_backward.h"
