@@ -117,11 +117,12 @@ def compare(out, ref, noise_ref, min_cos=0.9999):
     bf16 noise, i.e. max|ref - noise_ref| where noise_ref is the baseline computed again in
     a different but equivalent way (see each script's --noise-ref). noise_ref None (or out is
     ref's own run): only the cosine is checked."""
-    o, r = out.detach().float().flatten().cpu(), ref.detach().float().flatten().cpu()
+    # float64: an fp32 cosine over ~10^7 elements drifts past 1.
+    o, r = out.detach().double().flatten().cpu(), ref.detach().double().flatten().cpu()
     finite = bool(torch.isfinite(o).all())
     cos = torch.nn.functional.cosine_similarity(o, r, dim=0).item()
     diff = (o - r).abs().max().item()
-    noise = None if noise_ref is None else (r - noise_ref.detach().float().flatten().cpu()).abs().max().item()
+    noise = None if noise_ref is None else (r - noise_ref.detach().double().flatten().cpu()).abs().max().item()
     ok = finite and cos >= min_cos and (noise is None or diff <= noise)
     return {"pass": ok, "cos": cos, "max_abs": diff, "noise": noise, "finite": finite}
 
@@ -129,7 +130,7 @@ def compare(out, ref, noise_ref, min_cos=0.9999):
 def noise_self_check(ref, noise_ref):
     """How close the two baseline runs themselves are (cosine); a low value means the model
     amplifies rounding so much that the cosine criterion is not meaningful at these settings."""
-    r, n = ref.detach().float().flatten().cpu(), noise_ref.detach().float().flatten().cpu()
+    r, n = ref.detach().double().flatten().cpu(), noise_ref.detach().double().flatten().cpu()
     return torch.nn.functional.cosine_similarity(r, n, dim=0).item()
 
 

@@ -1,6 +1,6 @@
-"""The end-to-end benchmarks cannot rot: benchmarks/ltx_video.py and benchmarks/llama.py run
-in --tiny mode in-process on the CPU (baseline + kernels), the kernels really replace modules,
-and each script's own match check passes."""
+"""The end-to-end benchmarks cannot rot: benchmarks/ltx_video.py, benchmarks/llama.py and
+benchmarks/finetune.py run in --tiny mode in-process on the CPU (baseline + kernels), the kernels
+really replace modules, and each script's own match check passes."""
 
 import importlib.util
 import sys
@@ -48,3 +48,16 @@ def test_llama_tiny_cpu(tmp_path):
     assert res["kernels"]["match"]["pass"], res["kernels"]["match"]
     assert data["pass"] and res["kernels"]["decode_ms"] > 0
     assert res["kernels"]["prefill_ms"] > 0
+
+
+def test_finetune_tiny_cpu(tmp_path):
+    pytest.importorskip("diffusers", reason="benchmarks/finetune.py needs diffusers")
+    bench = _load("finetune")
+    data = bench.main(["--tiny", "--device", "cpu", "--configs", "baseline,kernels", "--steps", "6",
+                       "--warmup", "1", "--no-results", "--out", str(tmp_path)])
+    res = data["results"]
+    assert list(res) == ["baseline", "kernels"]
+    assert data["noise"] is not None and data["noise"] >= 0
+    assert res["kernels"]["pass_"], res["kernels"]
+    assert res["kernels"]["final_loss"] < res["kernels"]["losses"][0]  # it trains
+    assert data["pass"]

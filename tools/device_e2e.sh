@@ -2,7 +2,9 @@
 # One call on the GPU machine (the device tool): build the CUDA variant for the local GPU,
 # then the end-to-end tables (benchmarks/ltx_video.py, benchmarks/llama.py) and a SASS
 # summary of the row kernels. Carry .whl/. Results (sections + json) land in $OUT.
-#   LTX_FRAMES (default 49), LTX_STEPS (default 20), LTX_PYTEST (extra pytest targets first)
+#   LTX_FRAMES (default 49), LTX_STEPS (default 20), LTX_PYTEST (pytest arguments: when set,
+#   the suite runs first with them; dev.sh always passes tests/, so "-k qk" selects, a file
+#   name adds nothing)
 set -uo pipefail
 export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1 HF_HUB_OFFLINE=1
 OUT=${OUT:-/tmp/ltx-out}
@@ -18,15 +20,18 @@ export LTX_ARCH=${LTX_ARCH:-native}
   date -u
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
   python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)"
+  # The CPU variant too: tests/test_e2e_smoke.py loads it on CPU.
+  python3 tools/build.py --backend cpu -j 4 > /tmp/build_cpu.log 2>&1 &
   python3 tools/build.py --backend cuda --arch "$LTX_ARCH" -j 12 > /tmp/build_cuda.log 2>&1 \
     || { tail -40 /tmp/build_cuda.log; exit 1; }
+  wait
   echo "build done at ${SECONDS}s"
   if [ -n "${LTX_PYTEST:-}" ]; then
     bash tools/dev.sh test -q -rfE $LTX_PYTEST 2>&1 | tail -25
     echo "pytest done at ${SECONDS}s"
   fi
   # SASS: 16-byte global accesses and local-memory use per kernel (bf16 vs fp16 instantiations).
-  so=$(ls build/torch*-cuda*/ltx_kernels/_ltx_kernels*.so | head -1)
+  so=$(ls build/torch*-cu1*/_ltx_kernels*.so | head -1)
   cuobjdump --dump-sass "$so" > /tmp/sass.txt 2>/dev/null
   python3 - > "$OUT/sass_summary.txt" <<'PY'
 import re, collections

@@ -46,13 +46,6 @@ def _tensor_reason(t: torch.Tensor, name: str) -> Optional[str]:
     return None
 
 
-def _grad_reason(*tensors) -> Optional[str]:
-    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors):
-        return ("autograd is recording and the inputs require grad, but the layer has no "
-                "backward kernel (use torch.no_grad() / torch.inference_mode() for the kernel)")
-    return None
-
-
 def norm_reason(x: torch.Tensor, weight: Optional[torch.Tensor], eps) -> Optional[str]:
     """Why ltx_kernels.rmsnorm cannot normalise x's last dim with this weight/eps, or None."""
     reason = _tensor_reason(x, "the input")
@@ -68,7 +61,7 @@ def norm_reason(x: torch.Tensor, weight: Optional[torch.Tensor], eps) -> Optiona
     if reason is None and eps is not None and not (isinstance(eps, (int, float))
                                                    and math.isfinite(eps) and eps >= 0):
         reason = f"eps={eps!r} is not a finite number >= 0"
-    return reason if reason is not None else _grad_reason(x, weight)
+    return reason
 
 
 def torch_norm_reason(x: torch.Tensor, normalized_shape, weight, eps) -> Optional[str]:
@@ -84,8 +77,7 @@ def torch_norm_reason(x: torch.Tensor, normalized_shape, weight, eps) -> Optiona
 
 def act_reason(x: torch.Tensor) -> Optional[str]:
     """Why the elementwise/gated GELU kernels cannot take x, or None."""
-    reason = _tensor_reason(x, "the input")
-    return reason if reason is not None else _grad_reason(x)
+    return _tensor_reason(x, "the input")
 
 
 def is_partial_of(fn, target, **keywords) -> bool:

@@ -4,8 +4,7 @@ and torch.nn modules, each with the rounding of the module it replaces.
 ``kernelize`` sets ``module.forward = MethodType(Layer.forward, module)``, so ``self`` is the
 host module and the layer reads the host's own attributes (annotated below). When the
 kernel cannot take a call (a dtype other than float32/float16/bfloat16, a device the loaded
-variant has no kernels for, a weight shape the op rejects, autograd recording on inputs that
-require grad), the layer runs the host module's own PyTorch forward and warns once per
+variant has no kernels for, a weight shape the op rejects), the layer runs the host module's own PyTorch forward and warns once per
 (layer, reason) per process. The plain functions (``rmsnorm``, ``gelu``, ...) raise instead.
 
 | layer | replaces | hub name |
@@ -18,9 +17,11 @@ require grad), the layer runs the host module's own PyTorch forward and warns on
 | ``DiffusersGELU`` | ``diffusers.models.activations.GELU`` (LTX ``ff.net.0``) | none upstream |
 | ``DiffusersGEGLU`` | ``diffusers.models.activations.GEGLU`` | none upstream |
 
-No backward kernels exist yet (``has_backward = False``): ``Mode.TRAINING`` keeps the
-original forwards. All support ``Mode.TORCH_COMPILE`` (tests/test_layers.py compiles each
-with ``fullgraph=True`` and compares with eager).
+Every layer has backward kernels (``has_backward = True``: the functions are registered
+with ``torch.library.register_autograd``; tests/test_training.py trains tiny Llama / LTX models
+kernelized in ``Mode.TRAINING`` and compares loss and gradients with the unkernelized model).
+All support ``Mode.TORCH_COMPILE`` (tests/test_layers.py compiles each with ``fullgraph=True``
+and compares with eager; tests/test_training.py compiles forward + backward).
 """
 
 from typing import Optional
@@ -41,7 +42,7 @@ class RMSNorm(nn.Module):
     weight: torch.Tensor
     variance_epsilon: float
 
-    has_backward = False
+    has_backward = True
     can_torch_compile = True
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
@@ -59,7 +60,7 @@ class DiffusersRMSNorm(nn.Module):
     weight: Optional[torch.Tensor]
     bias: Optional[torch.Tensor]
 
-    has_backward = False
+    has_backward = True
     can_torch_compile = True
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
@@ -84,7 +85,7 @@ class TorchRMSNorm(nn.Module):
     eps: Optional[float]
     weight: Optional[torch.Tensor]
 
-    has_backward = False
+    has_backward = True
     can_torch_compile = True
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -97,7 +98,7 @@ class TorchRMSNorm(nn.Module):
 class GeluTanh(nn.Module):
     """transformers ``GELUTanh`` (hub name ``"GeluTanh"``): ``F.gelu(x, approximate="tanh")``."""
 
-    has_backward = False
+    has_backward = True
     can_torch_compile = True
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
@@ -113,7 +114,7 @@ class GeluTanh(nn.Module):
 class GeLU(nn.Module):
     """transformers ``GELUActivation`` (hub name ``"GeLU"``): erf ``F.gelu(x)``."""
 
-    has_backward = False
+    has_backward = True
     can_torch_compile = True
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
@@ -132,7 +133,7 @@ class DiffusersGELU(nn.Module):
     proj: nn.Linear
     approximate: str
 
-    has_backward = False
+    has_backward = True
     can_torch_compile = True
 
     def forward(self, hidden_states):
@@ -154,7 +155,7 @@ class DiffusersGEGLU(nn.Module):
 
     proj: nn.Linear
 
-    has_backward = False
+    has_backward = True
     can_torch_compile = True
 
     def forward(self, hidden_states, *args, **kwargs):
