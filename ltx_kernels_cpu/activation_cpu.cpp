@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "../torch-ext/torch_binding.h"
 #include "cpu_common.h"
@@ -26,14 +27,20 @@ constexpr float kAlpha = static_cast<float>(kSqrt1_2);
 constexpr float kBeta = static_cast<float>(kSqrt2 * k2_SqrtPi * 0.5);
 constexpr float kKappa = static_cast<float>(0.044715);
 
-template <GeluKind K>
-inline float gelu_f(float x) {
+// A: float (the fp32 constants above, as before) or double (float64 for gradcheck:
+// the constants in double, the same expression).
+template <GeluKind K, typename A>
+inline A gelu_f(A x) {
+  constexpr bool kD = std::is_same_v<A, double>;
+  const A alpha = kD ? static_cast<A>(kSqrt1_2) : static_cast<A>(kAlpha);
+  const A beta = kD ? static_cast<A>(kSqrt2 * k2_SqrtPi * 0.5) : static_cast<A>(kBeta);
+  const A kappa = kD ? static_cast<A>(0.044715) : static_cast<A>(kKappa);
   if constexpr (K == GeluKind::kTanh) {
-    const float x_cube = x * x * x;
-    const float inner = kBeta * (x + kKappa * x_cube);
-    return 0.5f * x * (1.0f + std::tanh(inner));
+    const A x_cube = x * x * x;
+    const A inner = beta * (x + kappa * x_cube);
+    return A(0.5) * x * (A(1) + std::tanh(inner));
   } else {
-    return x * 0.5f * (1.0f + std::erf(x * kAlpha));
+    return x * A(0.5) * (A(1) + std::erf(x * alpha));
   }
 }
 
@@ -51,10 +58,11 @@ void run(T* out, const T* gate, const T* value, int64_t rows, int64_t cols, int6
       const T* g = gate + r * in_stride;
       const T* v = value + r * in_stride;
       T* o = out + r * out_stride;
+      using A = cpu::acc_t<T>;
       for (int64_t c = c0; c < c1; ++c) {
-        const float a = gelu_f<K>(static_cast<float>(g[c]));
+        const A a = gelu_f<K>(static_cast<A>(g[c]));
         if constexpr (kGated) {
-          o[c] = static_cast<T>(static_cast<float>(v[c]) * static_cast<float>(static_cast<T>(a)));
+          o[c] = static_cast<T>(static_cast<A>(v[c]) * static_cast<A>(static_cast<T>(a)));
         } else {
           o[c] = static_cast<T>(a);
         }
@@ -67,7 +75,7 @@ template <bool kGated>
 void dispatch(const at::Tensor& like, GeluKind kind, void* out, const void* gate,
               const void* value, int64_t rows, int64_t cols, int64_t in_stride,
               int64_t out_stride) {
-  cpu::dispatch_float(like.scalar_type(), [&](auto tag) {
+  cpu::dispatch_float_or_double(like.scalar_type(), [&](auto tag) {
     using T = decltype(tag);
     auto* o = static_cast<T*>(out);
     const auto* g = static_cast<const T*>(gate);

@@ -17,8 +17,9 @@ namespace {
 
 const char* gelu_op_name(GeluKind kind) { return kind == GeluKind::kTanh ? "gelu_tanh" : "gelu"; }
 
+// float64 only on the CPU (gradcheck of the backward runs the forward in double).
 void check_input(const at::Tensor& x, const char* op) {
-  check_float_dtype(x, op, "x");
+  check_float_dtype_or_cpu_double(x, op, "x");
 }
 
 // out must be the op's output: same device and dtype as x, the given shape, and no
