@@ -9,11 +9,14 @@
 // position-major (s outer, b inner): with a stride-0 batch of tables neighbouring
 // groups read the same table row, which L1/L2 serve. All offsets are int64, the token
 // loop is grid-stride, products and sums use __fmul_rn/__fadd_rn (never fused to FMA),
-// exactly as eager PyTorch evaluates them.
+// exactly as eager PyTorch evaluates them. kInverse applies the transposed rotation
+// (the backward, rope_backward.h): dx_a = g_a c_a + g_b s_b, dx_b = g_b c_b - g_a s_a,
+// always in fp32 with one rounding.
 #include <algorithm>
 #include <numeric>
 #include <type_traits>
 
+#include "../torch-ext/ops/rope_backward.h"
 #include "../torch-ext/torch_binding.h"
 #include "common/dispatch.cuh"
 #include "common/vec.cuh"
@@ -97,7 +100,23 @@ __device__ __forceinline__ float mul_add(float a, float c, float b, float s) {
   return __fadd_rn(rnd<T, kStep>(__fmul_rn(a, c)), rnd<T, kStep>(__fmul_rn(b, s)));
 }
 
-template <typename Tx, typename Tc, int U, bool kInterleaved>
+// One pair (x_a, x_b) with tables (c_a, s_a), (c_b, s_b), written back into (x_a, x_b):
+//   forward:  x_a c_a - x_b s_a,  x_b c_b + x_a s_b
+//   inverse:  x_a c_a + x_b s_b,  x_b c_b - x_a s_a   (the transpose; never step-rounded)
+template <typename T, bool kStep, bool kInverse>
+__device__ __forceinline__ void rotate_pair(float& xa, float& xb, float ca, float sa, float cb,
+                                            float sb) {
+  const float a = xa, b = xb;
+  if constexpr (kInverse) {
+    xa = mul_add<T, false>(a, ca, b, sb);
+    xb = mul_sub<T, false>(b, cb, a, sa);
+  } else {
+    xa = mul_sub<T, kStep>(a, ca, b, sa);
+    xb = mul_add<T, kStep>(b, cb, a, sb);
+  }
+}
+
+template <typename Tx, typename Tc, int U, bool kInterleaved, bool kInverse>
 __global__ void __launch_bounds__(kBlock, kMinBlocks) rope_kernel(const RopeParams p) {
   constexpr int kUnit = (kInterleaved && U < 2) ? 2 : U;  // a unit holds whole pairs
   constexpr int CX = chunk_of<Tx, U>();
@@ -162,9 +181,11 @@ __global__ void __launch_bounds__(kBlock, kMinBlocks) rope_kernel(const RopePara
         auto rotate = [&](UX& v) {
 #pragma unroll
           for (int i = 0; i < kUnit; i += 2) {
-            const float x0 = v.get(i), x1 = v.get(i + 1);
-            v.set(i, mul_sub<Tx, kStep>(x0, c.get(i), x1, sn.get(i)));
-            v.set(i + 1, mul_add<Tx, kStep>(x1, c.get(i + 1), x0, sn.get(i + 1)));
+            float x0 = v.get(i), x1 = v.get(i + 1);
+            rotate_pair<Tx, kStep, kInverse>(x0, x1, c.get(i), sn.get(i), c.get(i + 1),
+                                             sn.get(i + 1));
+            v.set(i, x0);
+            v.set(i + 1, x1);
           }
         };
         for_heads([&](const Tx* x, Tx* o, const Tx* x2, Tx* o2, bool two) {
@@ -189,9 +210,10 @@ __global__ void __launch_bounds__(kBlock, kMinBlocks) rope_kernel(const RopePara
         auto rotate = [&](UX& a, UX& z) {  // a: first half, z: second half
 #pragma unroll
           for (int i = 0; i < kUnit; ++i) {
-            const float x1 = a.get(i), x2 = z.get(i);
-            a.set(i, mul_sub<Tx, kStep>(x1, c1.get(i), x2, s1.get(i)));
-            z.set(i, mul_add<Tx, kStep>(x2, c2.get(i), x1, s2.get(i)));
+            float x1 = a.get(i), x2 = z.get(i);
+            rotate_pair<Tx, kStep, kInverse>(x1, x2, c1.get(i), s1.get(i), c2.get(i), s2.get(i));
+            a.set(i, x1);
+            z.set(i, x2);
           }
         };
         for_heads([&](const Tx* x, Tx* o, const Tx* x2, Tx* o2, bool two) {
@@ -285,9 +307,9 @@ int pow2_floor(int64_t v) {
 
 namespace ltx {
 
-void rope_launch(const at::Tensor& out0, const at::Tensor& in0, const at::Tensor& out1,
-                 const at::Tensor& in1, const at::Tensor& cos, const at::Tensor& sin,
-                 RopeLayout layout) {
+void rope_rotate_launch(const at::Tensor& out0, const at::Tensor& in0, const at::Tensor& out1,
+                        const at::Tensor& in1, const at::Tensor& cos, const at::Tensor& sin,
+                        RopeLayout layout, bool inverse) {
   using namespace ltx::cuda;
   const int64_t batch = in0.size(0), seq = in0.size(1), dim = in0.size(3);
   const int64_t tokens = batch * seq;
@@ -342,16 +364,24 @@ void rope_launch(const at::Tensor& out0, const at::Tensor& in0, const at::Tensor
         dispatch_vec(u, [&](auto n) {
           constexpr int U = decltype(n)::value;
           if constexpr (U * sizeof(Tx) <= 16) {
-            if (interleaved) {
-              if constexpr (std::is_same_v<Tc, float>) {
-                rope_kernel<Tx, Tc, U, true><<<grid, kBlock, 0, stream>>>(p);
-                C10_CUDA_KERNEL_LAUNCH_CHECK();
+            auto launch = [&](auto inv) {
+              constexpr bool kInv = decltype(inv)::value;
+              if (interleaved) {
+                if constexpr (std::is_same_v<Tc, float>) {
+                  rope_kernel<Tx, Tc, U, true, kInv><<<grid, kBlock, 0, stream>>>(p);
+                  C10_CUDA_KERNEL_LAUNCH_CHECK();
+                } else {
+                  TORCH_CHECK(false, "ltx_kernels.rope_interleaved: tables must be float32");
+                }
               } else {
-                TORCH_CHECK(false, "ltx_kernels.rope_interleaved: tables must be float32");
+                rope_kernel<Tx, Tc, U, false, kInv><<<grid, kBlock, 0, stream>>>(p);
+                C10_CUDA_KERNEL_LAUNCH_CHECK();
               }
+            };
+            if (inverse) {
+              launch(std::true_type{});
             } else {
-              rope_kernel<Tx, Tc, U, false><<<grid, kBlock, 0, stream>>>(p);
-              C10_CUDA_KERNEL_LAUNCH_CHECK();
+              launch(std::false_type{});
             }
           } else {
             TORCH_CHECK(false, "ltx_kernels.rope: internal error: unit ", U);
@@ -362,6 +392,12 @@ void rope_launch(const at::Tensor& out0, const at::Tensor& in0, const at::Tensor
       }
     });
   });
+}
+
+void rope_launch(const at::Tensor& out0, const at::Tensor& in0, const at::Tensor& out1,
+                 const at::Tensor& in1, const at::Tensor& cos, const at::Tensor& sin,
+                 RopeLayout layout) {
+  rope_rotate_launch(out0, in0, out1, in1, cos, sin, layout, /*inverse=*/false);
 }
 
 }  // namespace ltx

@@ -477,7 +477,6 @@ def test_bad_inputs_raise_naming_the_argument(device):
     buf = torch.randn(11 * 64, device=device, dtype=bf)
     k2, k3 = x.clone(), torch.empty_like(x)
     cases = [
-        (lambda: kernel.rope_interleaved(x.double(), c, c), "x must be float32, float16 or bfloat16"),
         (lambda: kernel.rope_interleaved(x.to(torch.int32), c, c), "x must be float32"),
         (lambda: kernel.rope_interleaved(x[..., :63], c[..., :63], c[..., :63]), "last dim must be even"),
         (lambda: kernel.rope_interleaved(x[0, 0], c[0, 0], c[0, 0]), "at least 2 dims"),
@@ -515,6 +514,12 @@ def test_bad_inputs_raise_naming_the_argument(device):
         (lambda: kernel.ops.rope_rotate_half_out(q.clone(), q.clone(), q, k, hc, hc, 1), "k_out must have k's shape"),
         (lambda: kernel.ops.rope_rotate_half_single_out(q.clone().float(), q, hc, hc, 1), "out must have x's dtype"),
     ]
+    if device == "cuda":  # float64 runs on the CPU (gradcheck), not on GPUs
+        cases.append((lambda: kernel.rope_interleaved(x.double(), c, c), "float64 is supported on the CPU only"))
+        cases.append((lambda: kernel.rope_rotate_half_single(q.double(), hc, hc), "x is float64"))
+    else:
+        assert kernel.rope_interleaved(x.double(), c, c).dtype == torch.float64
+        cases.append((lambda: kernel.rope_interleaved(x.double(), c.half(), c.half()), "cos must be float32 or float64"))
     for fn, msg in cases:
         with pytest.raises(RuntimeError, match=msg):
             fn()

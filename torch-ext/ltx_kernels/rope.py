@@ -11,6 +11,12 @@ Two layouts, as separate entry points (shared/docs/op-semantics.md section 3):
   smaller than head_dim only the first R channels rotate (GPT-NeoX / Phi partial rotary).
   Tables in q's dtype reproduce eager's step rounding bit for bit; float32 tables compute
   in fp32 and round once. Outputs always have q's (k's) dtype.
+
+Training: the functional forms are differentiable in x / q / k (``register_autograd``;
+the backward is the transposed rotation, kernels ``rope_*_backward``, computed in fp32
+with one rounding). The tables get no gradient: if cos/sin require grad, backward raises
+NotImplementedError. ``out=`` / ``inplace=True`` are inference-only. On the CPU every op
+also takes float64 (for ``torch.autograd.gradcheck``); CUDA takes float32/16/bf16.
 """
 
 from typing import Optional, Tuple
@@ -19,6 +25,17 @@ import torch
 
 from . import _arch
 from ._ops import add_op_namespace_prefix, ops
+
+
+def _inference_only(what, *tensors):
+    # The out=/inplace paths write through the caller's buffers, which autograd cannot
+    # record; the functional forms are the differentiable ones.
+    if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+        raise RuntimeError(
+            f"ltx_kernels.{what} is inference-only, but autograd is recording and an input "
+            "requires grad; call it without out=/inplace=True (differentiable), or under "
+            "torch.no_grad()"
+        )
 
 
 def rope_interleaved(
@@ -30,11 +47,14 @@ def rope_interleaved(
     ``x``: ``[..., S, D]`` (D even), float32/float16/bfloat16. ``cos``/``sin``: float32
     ``[S, D]`` or ``[B, S, D]`` broadcastable to x (a stride-0 expanded batch is read
     without a copy). Identity pairs (LTX's front padding, cos=1, sin=0) pass x through
-    unchanged. ``out``, if given, receives the result and is returned; it may be ``x``.
+    unchanged. ``out``, if given, receives the result and is returned; it may be ``x``
+    (inference-only: a RuntimeError when autograd records and an input requires grad).
+    Differentiable in x without ``out``.
     """
     _arch.check(x)
     if out is None:
         return ops.rope_interleaved(x, cos, sin)
+    _inference_only("rope_interleaved(out=...)", x, cos, sin)
     ops.rope_interleaved_out(out, x, cos, sin)
     return out
 
@@ -44,9 +64,12 @@ def rope_interleaved_qk(
 ) -> Tuple[torch.Tensor, torch.Tensor]:
     """``rope_interleaved`` on q and k (same shape and dtype) in one launch; the tables
     are read once per token for both. q/k may be row-strided views of a fused
-    projection. ``inplace=True`` writes into q and k and returns them."""
+    projection. ``inplace=True`` writes into q and k and returns them (inference-only:
+    a RuntimeError when autograd records and an input requires grad); without it the
+    op is differentiable in q and k."""
     _arch.check(q)
     if inplace:
+        _inference_only("rope_interleaved_qk(inplace=True)", q, k, cos, sin)
         ops.rope_interleaved_qk_out(q, k, q, k, cos, sin)
         return q, k
     q_out, k_out = ops.rope_interleaved_qk(q, k, cos, sin)
@@ -69,10 +92,13 @@ def rope_rotate_half(
     same but may have fewer heads (GQA). ``cos``/``sin``: ``[B, S, R]`` or ``[S, R]``
     (taken as ``[1, S, R]``), in q's dtype or float32, R even and <= Dh; channels ``>= R``
     pass through (partial rotary, as GPT-NeoX slices by ``cos.shape[-1]``).
-    ``inplace=True`` writes into q and k and returns them.
+    ``inplace=True`` writes into q and k and returns them (inference-only: a RuntimeError
+    when autograd records and an input requires grad); without it the op is
+    differentiable in q and k.
     """
     _arch.check(q)
     if inplace:
+        _inference_only("rope_rotate_half(inplace=True)", q, k, cos, sin)
         ops.rope_rotate_half_out(q, k, q, k, cos, sin, unsqueeze_dim)
         return q, k
     q_out, k_out = ops.rope_rotate_half(q, k, cos, sin, unsqueeze_dim)
@@ -87,9 +113,11 @@ def rope_rotate_half_single(
     *,
     inplace: bool = False,
 ) -> torch.Tensor:
-    """``rope_rotate_half`` for one tensor (q alone or k alone)."""
+    """``rope_rotate_half`` for one tensor (q alone or k alone). ``inplace=True`` is
+    inference-only, as for ``rope_rotate_half``."""
     _arch.check(x)
     if inplace:
+        _inference_only("rope_rotate_half_single(inplace=True)", x, cos, sin)
         ops.rope_rotate_half_single_out(x, x, cos, sin, unsqueeze_dim)
         return x
     return ops.rope_rotate_half_single(x, cos, sin, unsqueeze_dim)
@@ -141,3 +169,110 @@ def _rope_rotate_half_single_fake(x, cos, sin, unsqueeze_dim):
 def _rope_rotate_half_single_out_fake(out, x, cos, sin, unsqueeze_dim):
     _arch.check_fake(out)
     return None
+
+
+# ---- backward ops and autograd --------------------------------------------------------
+
+
+@torch.library.register_fake(add_op_namespace_prefix("rope_interleaved_backward"))
+def _rope_interleaved_backward_fake(grad, cos, sin):
+    _arch.check_fake(grad)
+    return grad.new_empty(grad.shape)
+
+
+@torch.library.register_fake(add_op_namespace_prefix("rope_interleaved_qk_backward"))
+def _rope_interleaved_qk_backward_fake(grad_q, grad_k, cos, sin):
+    _arch.check_fake(grad_q)
+    return grad_q.new_empty(grad_q.shape), grad_k.new_empty(grad_k.shape)
+
+
+@torch.library.register_fake(add_op_namespace_prefix("rope_rotate_half_backward"))
+def _rope_rotate_half_backward_fake(grad_q, grad_k, cos, sin, unsqueeze_dim):
+    _arch.check_fake(grad_q)
+    return grad_q.new_empty(grad_q.shape), grad_k.new_empty(grad_k.shape)
+
+
+@torch.library.register_fake(add_op_namespace_prefix("rope_rotate_half_single_backward"))
+def _rope_rotate_half_single_backward_fake(grad, cos, sin, unsqueeze_dim):
+    _arch.check_fake(grad)
+    return grad.new_empty(grad.shape)
+
+
+def _save_tables(ctx, inputs, output):
+    # Only the tables are needed: the backward is the transposed rotation of grad.
+    cos, sin = inputs[-2], inputs[-1]
+    ctx.save_for_backward(cos, sin)
+    ctx.table_grad = cos.requires_grad or sin.requires_grad
+
+
+def _save_tables_u(ctx, inputs, output):
+    cos, sin, unsqueeze_dim = inputs[-3], inputs[-2], inputs[-1]
+    ctx.save_for_backward(cos, sin)
+    ctx.table_grad = cos.requires_grad or sin.requires_grad
+    ctx.unsqueeze_dim = unsqueeze_dim
+
+
+def _check_no_table_grad(ctx, op):
+    if ctx.table_grad:
+        raise NotImplementedError(
+            f"ltx_kernels.{op}: no gradient for the cos/sin tables (they are position "
+            "encodings, not parameters); detach them or build them under torch.no_grad()"
+        )
+
+
+def _rope_interleaved_bwd(ctx, grad):
+    _check_no_table_grad(ctx, "rope_interleaved")
+    cos, sin = ctx.saved_tensors
+    return ops.rope_interleaved_backward(grad, cos, sin), None, None
+
+
+def _rope_interleaved_qk_bwd(ctx, grad_q, grad_k):
+    _check_no_table_grad(ctx, "rope_interleaved_qk")
+    cos, sin = ctx.saved_tensors
+    # An unused output has no gradient: rotate only the one that has.
+    if grad_q is None and grad_k is None:
+        return None, None, None, None
+    if grad_k is None:
+        return ops.rope_interleaved_backward(grad_q, cos, sin), None, None, None
+    if grad_q is None:
+        return None, ops.rope_interleaved_backward(grad_k, cos, sin), None, None
+    dq, dk = ops.rope_interleaved_qk_backward(grad_q, grad_k, cos, sin)
+    return dq, dk, None, None
+
+
+def _rope_rotate_half_bwd(ctx, grad_q, grad_k):
+    _check_no_table_grad(ctx, "rope_rotate_half")
+    cos, sin = ctx.saved_tensors
+    u = ctx.unsqueeze_dim
+    if grad_q is None and grad_k is None:
+        return None, None, None, None, None
+    if grad_k is None:
+        return ops.rope_rotate_half_single_backward(grad_q, cos, sin, u), None, None, None, None
+    if grad_q is None:
+        return None, ops.rope_rotate_half_single_backward(grad_k, cos, sin, u), None, None, None
+    dq, dk = ops.rope_rotate_half_backward(grad_q, grad_k, cos, sin, u)
+    return dq, dk, None, None, None
+
+
+def _rope_rotate_half_single_bwd(ctx, grad):
+    _check_no_table_grad(ctx, "rope_rotate_half_single")
+    cos, sin = ctx.saved_tensors
+    return ops.rope_rotate_half_single_backward(grad, cos, sin, ctx.unsqueeze_dim), None, None, None
+
+
+torch.library.register_autograd(
+    add_op_namespace_prefix("rope_interleaved"), _rope_interleaved_bwd, setup_context=_save_tables
+)
+torch.library.register_autograd(
+    add_op_namespace_prefix("rope_interleaved_qk"),
+    _rope_interleaved_qk_bwd,
+    setup_context=_save_tables,
+)
+torch.library.register_autograd(
+    add_op_namespace_prefix("rope_rotate_half"), _rope_rotate_half_bwd, setup_context=_save_tables_u
+)
+torch.library.register_autograd(
+    add_op_namespace_prefix("rope_rotate_half_single"),
+    _rope_rotate_half_single_bwd,
+    setup_context=_save_tables_u,
+)

@@ -1,6 +1,7 @@
 // Rotary-embedding front end: argument checks, broadcasting of the cos/sin tables,
 // canonical [B, S, H, D] views and output allocation. The math lives in the backend
-// launchers (ltx::rope_launch).
+// launchers (ltx::rope_launch; its transpose ltx::rope_backward_launch for the backward
+// ops of ops/rope_backward.cpp, which share this front end through ltx::rope_front).
 //
 // Zero-copy layouts: any tensor whose last dim is contiguous and, for the interleaved
 // ops, whose dims before [S, D] collapse into one evenly strided batch dim (contiguous
@@ -16,6 +17,7 @@
 #include <optional>
 
 #include "ops/rope.h"
+#include "ops/rope_backward.h"
 #include "ops/out_checks.h"
 #include "ops/rows.h"
 #include "torch_binding.h"
@@ -23,10 +25,23 @@
 namespace ltx {
 namespace {
 
-constexpr const char* kInter = "rope_interleaved";
-constexpr const char* kInterQk = "rope_interleaved_qk";
-constexpr const char* kHalf = "rope_rotate_half";
-constexpr const char* kHalfSingle = "rope_rotate_half_single";
+using rope_front::Names;
+
+const Names kInter{"rope_interleaved", "x", ""};
+const Names kInterQk{"rope_interleaved_qk", "q", "k"};
+const Names kHalf{"rope_rotate_half", "q", "k"};
+const Names kHalfSingle{"rope_rotate_half_single", "x", ""};
+
+// The forward rotation, or its transpose (the backward ops).
+void launch(bool inverse, const at::Tensor& out0, const at::Tensor& in0, const at::Tensor& out1,
+            const at::Tensor& in1, const at::Tensor& cos, const at::Tensor& sin,
+            RopeLayout layout) {
+  if (inverse) {
+    rope_backward_launch(out0, in0, out1, in1, cos, sin, layout);
+  } else {
+    rope_launch(out0, in0, out1, in1, cos, sin, layout);
+  }
+}
 
 bool last_dim_contiguous(const at::Tensor& t) { return t.size(-1) <= 1 || t.stride(-1) == 1; }
 
@@ -84,7 +99,7 @@ std::optional<at::Tensor> seq_view(const at::Tensor& x) {
 void check_x_interleaved(const char* op, const char* name, const at::Tensor& x) {
   TORCH_CHECK(x.dim() >= 2, "ltx_kernels.", op, ": ", name,
               " must have at least 2 dims [..., S, D], got shape ", shape_str(x.sizes()));
-  check_float_dtype(x, op, name);
+  check_float_dtype_or_cpu_double(x, op, name);
   TORCH_CHECK(x.size(-1) % 2 == 0, "ltx_kernels.", op, ": ", name,
               "'s last dim must be even (pairs (2i, 2i+1)), got ", x.size(-1));
 }
@@ -93,9 +108,15 @@ void check_x_interleaved(const char* op, const char* name, const at::Tensor& x) 
 at::Tensor table_interleaved(const char* op, const char* name, const at::Tensor& t,
                              const at::Tensor& x, const char* x_name) {
   check_device(op, name, t, x_name, x);
-  TORCH_CHECK(t.scalar_type() == at::kFloat, "ltx_kernels.", op, ": ", name,
-              " must be float32 (the tables are built and applied in fp32), got ",
-              t.scalar_type());
+  if (x.scalar_type() == at::kDouble) {  // gradcheck (CPU): double tables are fine too
+    TORCH_CHECK(t.scalar_type() == at::kFloat || t.scalar_type() == at::kDouble, "ltx_kernels.",
+                op, ": ", name, " must be float32 or float64 (", x_name, " is float64), got ",
+                t.scalar_type());
+  } else {
+    TORCH_CHECK(t.scalar_type() == at::kFloat, "ltx_kernels.", op, ": ", name,
+                " must be float32 (the tables are built and applied in fp32), got ",
+                t.scalar_type());
+  }
   bool ok = t.dim() >= 2 && t.dim() <= x.dim() && t.size(-1) == x.size(-1);
   for (int64_t i = 1; ok && i <= t.dim(); ++i) {
     ok = t.size(-i) == x.size(-i) || (i > 1 && t.size(-i) == 1);
@@ -140,28 +161,28 @@ Tables check_interleaved(const char* op, const at::Tensor& x, const char* x_name
   return {table_interleaved(op, "cos", cos, x, x_name), table_interleaved(op, "sin", sin, x, x_name)};
 }
 
-void check_k_like_q(const char* op, const at::Tensor& q, const at::Tensor& k) {
-  check_device(op, "k", k, "q", q);
-  TORCH_CHECK(k.scalar_type() == q.scalar_type(), "ltx_kernels.", op, ": k must have q's dtype ",
-              q.scalar_type(), ", got ", k.scalar_type());
+void check_k_like_q(const Names& n, const at::Tensor& q, const at::Tensor& k) {
+  check_device(n.op, n.k, k, n.q, q);
+  TORCH_CHECK(k.scalar_type() == q.scalar_type(), "ltx_kernels.", n.op, ": ", n.k, " must have ",
+              n.q, "'s dtype ", q.scalar_type(), ", got ", k.scalar_type());
 }
 
 void interleaved_qk_impl(const at::Tensor& q_out, const at::Tensor& k_out, const at::Tensor& q,
-                         const at::Tensor& k, const Tables& t) {
+                         const at::Tensor& k, const Tables& t, bool inverse) {
   if (q.numel() == 0) return;
   const Operand oq = interleaved_operand(q, q_out);
   const Operand ok = interleaved_operand(k, k_out);
-  rope_launch(oq.out, oq.in, ok.out, ok.in, t.cos, t.sin, RopeLayout::kInterleaved);
+  launch(inverse, oq.out, oq.in, ok.out, ok.in, t.cos, t.sin, RopeLayout::kInterleaved);
   finish(oq);
   finish(ok);
 }
 
-Tables check_interleaved_qk(const at::Tensor& q, const at::Tensor& k, const at::Tensor& cos,
-                            const at::Tensor& sin) {
-  const Tables t = check_interleaved(kInterQk, q, "q", cos, sin);
-  check_k_like_q(kInterQk, q, k);
-  TORCH_CHECK(k.sizes() == q.sizes(), "ltx_kernels.", kInterQk, ": k must have q's shape ",
-              shape_str(q.sizes()), ", got ", shape_str(k.sizes()));
+Tables check_interleaved_qk(const Names& n, const at::Tensor& q, const at::Tensor& k,
+                            const at::Tensor& cos, const at::Tensor& sin) {
+  const Tables t = check_interleaved(n.op, q, n.q, cos, sin);
+  check_k_like_q(n, q, k);
+  TORCH_CHECK(k.sizes() == q.sizes(), "ltx_kernels.", n.op, ": ", n.k, " must have ", n.q,
+              "'s shape ", shape_str(q.sizes()), ", got ", shape_str(k.sizes()));
   return t;
 }
 
@@ -178,7 +199,7 @@ void check_heads_tensor(const char* op, const char* name, const at::Tensor& t) {
               " must be 4-D, [B, H, S, Dh] (unsqueeze_dim=1) or [B, S, H, Dh] (unsqueeze_dim=2),"
               " got shape ",
               shape_str(t.sizes()));
-  check_float_dtype(t, op, name);
+  check_float_dtype_or_cpu_double(t, op, name);
 }
 
 // [B, S, H, D] view of a 4-D q/k/output in the unsqueeze_dim layout.
@@ -213,14 +234,14 @@ Tables check_half_tables(const char* op, const at::Tensor& q, const char* q_name
   return {table_half(op, "cos", cos, q, q_name, u), table_half(op, "sin", sin, q, q_name, u)};
 }
 
-void check_k_heads(const char* op, const at::Tensor& q, const at::Tensor& k, int64_t u) {
-  check_heads_tensor(op, "k", k);
-  check_k_like_q(op, q, k);
+void check_k_heads(const Names& n, const at::Tensor& q, const at::Tensor& k, int64_t u) {
+  check_heads_tensor(n.op, n.k, k);
+  check_k_like_q(n, q, k);
   const int64_t sd = u == 1 ? 2 : 1;
   TORCH_CHECK(k.size(0) == q.size(0) && k.size(sd) == q.size(sd) && k.size(3) == q.size(3),
-              "ltx_kernels.", op, ": k must match q in batch, sequence and head_dim (only the",
-              " number of heads may differ), got q ", shape_str(q.sizes()), " and k ",
-              shape_str(k.sizes()));
+              "ltx_kernels.", n.op, ": ", n.k, " must match ", n.q, " in batch, sequence and ",
+              "head_dim (only the number of heads may differ), got ", n.q, " ",
+              shape_str(q.sizes()), " and ", n.k, " ", shape_str(k.sizes()));
 }
 
 Operand half_operand(const at::Tensor& x, const at::Tensor& out, int64_t u) {
@@ -237,16 +258,17 @@ Operand half_operand(const at::Tensor& x, const at::Tensor& out, int64_t u) {
 }
 
 void half_impl(const at::Tensor& q_out, const at::Tensor* k_out, const at::Tensor& q,
-               const at::Tensor* k, const Tables& t, int64_t u) {
+               const at::Tensor* k, const Tables& t, int64_t u, bool inverse) {
   if (q.numel() == 0 && (k == nullptr || k->numel() == 0)) return;
   const Operand oq = half_operand(q, q_out, u);
   if (k == nullptr) {
-    rope_launch(oq.out, oq.in, at::Tensor(), at::Tensor(), t.cos, t.sin, RopeLayout::kRotateHalf);
+    launch(inverse, oq.out, oq.in, at::Tensor(), at::Tensor(), t.cos, t.sin,
+           RopeLayout::kRotateHalf);
     finish(oq);
     return;
   }
   const Operand ok = half_operand(*k, *k_out, u);
-  rope_launch(oq.out, oq.in, ok.out, ok.in, t.cos, t.sin, RopeLayout::kRotateHalf);
+  launch(inverse, oq.out, oq.in, ok.out, ok.in, t.cos, t.sin, RopeLayout::kRotateHalf);
   finish(oq);
   finish(ok);
 }
@@ -262,21 +284,67 @@ void check_qk_outs(const char* op, const at::Tensor& q_out, const at::Tensor& k_
 
 }  // namespace
 
-// ---- interleaved ops ----------------------------------------------------------------
+// ---- front end shared with the backward ops ---------------------------------------------
 
-at::Tensor rope_interleaved(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
-  const Tables t = check_interleaved(kInter, x, "x", cos, sin);
+namespace rope_front {
+
+at::Tensor interleaved(const Names& n, const at::Tensor& x, const at::Tensor& cos,
+                       const at::Tensor& sin, bool inverse) {
+  const Tables t = check_interleaved(n.op, x, n.q, cos, sin);
   at::Tensor out = at::empty(x.sizes(), x.options());
   if (x.numel() == 0) return out;
   const Operand o = interleaved_operand(x, out);
-  rope_launch(o.out, o.in, at::Tensor(), at::Tensor(), t.cos, t.sin, RopeLayout::kInterleaved);
+  launch(inverse, o.out, o.in, at::Tensor(), at::Tensor(), t.cos, t.sin,
+         RopeLayout::kInterleaved);
   return out;
+}
+
+std::tuple<at::Tensor, at::Tensor> interleaved_qk(const Names& n, const at::Tensor& q,
+                                                  const at::Tensor& k, const at::Tensor& cos,
+                                                  const at::Tensor& sin, bool inverse) {
+  const Tables t = check_interleaved_qk(n, q, k, cos, sin);
+  at::Tensor q_out = at::empty(q.sizes(), q.options());
+  at::Tensor k_out = at::empty(k.sizes(), k.options());
+  interleaved_qk_impl(q_out, k_out, q, k, t, inverse);
+  return {q_out, k_out};
+}
+
+std::tuple<at::Tensor, at::Tensor> rotate_half(const Names& n, const at::Tensor& q,
+                                               const at::Tensor& k, const at::Tensor& cos,
+                                               const at::Tensor& sin, int64_t unsqueeze_dim,
+                                               bool inverse) {
+  const int64_t u = check_unsqueeze_dim(n.op, unsqueeze_dim);
+  check_heads_tensor(n.op, n.q, q);
+  check_k_heads(n, q, k, u);
+  const Tables t = check_half_tables(n.op, q, n.q, cos, sin, u);
+  at::Tensor q_out = at::empty(q.sizes(), q.options());
+  at::Tensor k_out = at::empty(k.sizes(), k.options());
+  half_impl(q_out, &k_out, q, &k, t, u, inverse);
+  return {q_out, k_out};
+}
+
+at::Tensor rotate_half_single(const Names& n, const at::Tensor& x, const at::Tensor& cos,
+                              const at::Tensor& sin, int64_t unsqueeze_dim, bool inverse) {
+  const int64_t u = check_unsqueeze_dim(n.op, unsqueeze_dim);
+  check_heads_tensor(n.op, n.q, x);
+  const Tables t = check_half_tables(n.op, x, n.q, cos, sin, u);
+  at::Tensor out = at::empty(x.sizes(), x.options());
+  half_impl(out, nullptr, x, nullptr, t, u, inverse);
+  return out;
+}
+
+}  // namespace rope_front
+
+// ---- interleaved ops ----------------------------------------------------------------
+
+at::Tensor rope_interleaved(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
+  return rope_front::interleaved(kInter, x, cos, sin, /*inverse=*/false);
 }
 
 void rope_interleaved_out(const at::Tensor& out, const at::Tensor& x, const at::Tensor& cos,
                           const at::Tensor& sin) {
-  const Tables t = check_interleaved(kInter, x, "x", cos, sin);
-  check_out(kInter, "out", out, "x", x);
+  const Tables t = check_interleaved(kInter.op, x, "x", cos, sin);
+  check_out(kInter.op, "out", out, "x", x);
   if (x.numel() == 0) return;
   const Operand o = interleaved_operand(x, out);
   rope_launch(o.out, o.in, at::Tensor(), at::Tensor(), t.cos, t.sin, RopeLayout::kInterleaved);
@@ -286,19 +354,15 @@ void rope_interleaved_out(const at::Tensor& out, const at::Tensor& x, const at::
 std::tuple<at::Tensor, at::Tensor> rope_interleaved_qk(const at::Tensor& q, const at::Tensor& k,
                                                        const at::Tensor& cos,
                                                        const at::Tensor& sin) {
-  const Tables t = check_interleaved_qk(q, k, cos, sin);
-  at::Tensor q_out = at::empty(q.sizes(), q.options());
-  at::Tensor k_out = at::empty(k.sizes(), k.options());
-  interleaved_qk_impl(q_out, k_out, q, k, t);
-  return {q_out, k_out};
+  return rope_front::interleaved_qk(kInterQk, q, k, cos, sin, /*inverse=*/false);
 }
 
 void rope_interleaved_qk_out(const at::Tensor& q_out, const at::Tensor& k_out,
                              const at::Tensor& q, const at::Tensor& k, const at::Tensor& cos,
                              const at::Tensor& sin) {
-  const Tables t = check_interleaved_qk(q, k, cos, sin);
-  check_qk_outs(kInterQk, q_out, k_out, q, k);
-  interleaved_qk_impl(q_out, k_out, q, k, t);
+  const Tables t = check_interleaved_qk(kInterQk, q, k, cos, sin);
+  check_qk_outs(kInterQk.op, q_out, k_out, q, k);
+  interleaved_qk_impl(q_out, k_out, q, k, t, /*inverse=*/false);
 }
 
 // ---- rotate-half ops ------------------------------------------------------------------
@@ -307,45 +371,34 @@ std::tuple<at::Tensor, at::Tensor> rope_rotate_half(const at::Tensor& q, const a
                                                     const at::Tensor& cos,
                                                     const at::Tensor& sin,
                                                     int64_t unsqueeze_dim) {
-  const int64_t u = check_unsqueeze_dim(kHalf, unsqueeze_dim);
-  check_heads_tensor(kHalf, "q", q);
-  check_k_heads(kHalf, q, k, u);
-  const Tables t = check_half_tables(kHalf, q, "q", cos, sin, u);
-  at::Tensor q_out = at::empty(q.sizes(), q.options());
-  at::Tensor k_out = at::empty(k.sizes(), k.options());
-  half_impl(q_out, &k_out, q, &k, t, u);
-  return {q_out, k_out};
+  return rope_front::rotate_half(kHalf, q, k, cos, sin, unsqueeze_dim, /*inverse=*/false);
 }
 
 void rope_rotate_half_out(const at::Tensor& q_out, const at::Tensor& k_out, const at::Tensor& q,
                           const at::Tensor& k, const at::Tensor& cos, const at::Tensor& sin,
                           int64_t unsqueeze_dim) {
-  const int64_t u = check_unsqueeze_dim(kHalf, unsqueeze_dim);
-  check_heads_tensor(kHalf, "q", q);
+  const int64_t u = check_unsqueeze_dim(kHalf.op, unsqueeze_dim);
+  check_heads_tensor(kHalf.op, "q", q);
   check_k_heads(kHalf, q, k, u);
-  const Tables t = check_half_tables(kHalf, q, "q", cos, sin, u);
-  check_qk_outs(kHalf, q_out, k_out, q, k);
-  half_impl(q_out, &k_out, q, &k, t, u);
+  const Tables t = check_half_tables(kHalf.op, q, "q", cos, sin, u);
+  check_qk_outs(kHalf.op, q_out, k_out, q, k);
+  half_impl(q_out, &k_out, q, &k, t, u, /*inverse=*/false);
 }
 
 at::Tensor rope_rotate_half_single(const at::Tensor& x, const at::Tensor& cos,
                                    const at::Tensor& sin, int64_t unsqueeze_dim) {
-  const int64_t u = check_unsqueeze_dim(kHalfSingle, unsqueeze_dim);
-  check_heads_tensor(kHalfSingle, "x", x);
-  const Tables t = check_half_tables(kHalfSingle, x, "x", cos, sin, u);
-  at::Tensor out = at::empty(x.sizes(), x.options());
-  half_impl(out, nullptr, x, nullptr, t, u);
-  return out;
+  return rope_front::rotate_half_single(kHalfSingle, x, cos, sin, unsqueeze_dim,
+                                        /*inverse=*/false);
 }
 
 void rope_rotate_half_single_out(const at::Tensor& out, const at::Tensor& x,
                                  const at::Tensor& cos, const at::Tensor& sin,
                                  int64_t unsqueeze_dim) {
-  const int64_t u = check_unsqueeze_dim(kHalfSingle, unsqueeze_dim);
-  check_heads_tensor(kHalfSingle, "x", x);
-  const Tables t = check_half_tables(kHalfSingle, x, "x", cos, sin, u);
-  check_out(kHalfSingle, "out", out, "x", x);
-  half_impl(out, nullptr, x, nullptr, t, u);
+  const int64_t u = check_unsqueeze_dim(kHalfSingle.op, unsqueeze_dim);
+  check_heads_tensor(kHalfSingle.op, "x", x);
+  const Tables t = check_half_tables(kHalfSingle.op, x, "x", cos, sin, u);
+  check_out(kHalfSingle.op, "out", out, "x", x);
+  half_impl(out, nullptr, x, nullptr, t, u, /*inverse=*/false);
 }
 
 }  // namespace ltx
