@@ -12,6 +12,7 @@
 
 #include "../torch-ext/torch_binding.h"
 #include "cpu_common.h"
+#include "rms_backward_cpu.h"
 
 namespace ltx {
 namespace {
@@ -37,14 +38,14 @@ Row<T, Tw> make_row(const at::Tensor& out, const at::Tensor& in,
   return r;
 }
 
-// torch.nn.RMSNorm of one row into `n` (fp32 values already rounded to T).
-template <typename T, typename Tw>
-void normalise(const T* x, const Tw* w, int64_t d, float eps, float* n) {
-  const float inv = 1.0f / std::sqrt(cpu::sum_of_squares(x, d) / static_cast<float>(d) + eps);
+// torch.nn.RMSNorm of one row into `n` (Acc values already rounded to T).
+template <typename T, typename Tw, typename Acc>
+void normalise(const T* x, const Tw* w, int64_t d, Acc eps, Acc* n) {
+  const Acc inv = Acc(1) / std::sqrt(cpu::sum_sq_acc<Acc>(x, d) / static_cast<Acc>(d) + eps);
   for (int64_t c = 0; c < d; ++c) {
-    float v = static_cast<float>(x[c]) * inv;
-    if (w) v = v * static_cast<float>(w[c]);
-    n[c] = static_cast<float>(static_cast<T>(v));
+    Acc v = static_cast<Acc>(x[c]) * inv;
+    if (w) v = v * static_cast<Acc>(w[c]);
+    n[c] = static_cast<Acc>(static_cast<T>(v));
   }
 }
 
@@ -59,25 +60,26 @@ void rmsnorm_rope_qk_launch(const at::Tensor& q_out2d, const at::Tensor& q2d,
   const int64_t rows = std::max(q2d.size(0), k2d.size(0));
   if (rows == 0 || d == 0) return;
   const bool rope = cos.defined();
-  const float eps_f = static_cast<float>(eps);
   const at::ScalarType w_dtype =
       q_weight ? q_weight->scalar_type() : (k_weight ? k_weight->scalar_type() : q2d.scalar_type());
 
-  cpu::dispatch_float(q2d.scalar_type(), [&](auto x_tag) {
+  cpu::dispatch_float_or_double(q2d.scalar_type(), [&](auto x_tag) {
     using T = decltype(x_tag);
-    cpu::dispatch_float(w_dtype, [&](auto w_tag) {
+    cpu::dispatch_float_or_double(w_dtype, [&](auto w_tag) {
       using Tw = decltype(w_tag);
       if constexpr (std::is_same_v<Tw, T> || std::is_same_v<Tw, float>) {
+        using Acc = cpu::acc_t<T>;  // also the tables' type: fp32, or double for float64 q
+        const Acc eps_f = static_cast<Acc>(eps);
         const Row<T, Tw> sides[2] = {make_row<T, Tw>(q_out2d, q2d, q_weight),
                                      make_row<T, Tw>(k_out2d, k2d, k_weight)};
-        const float* cb = rope ? cos.const_data_ptr<float>() : nullptr;
-        const float* sb = rope ? sin.const_data_ptr<float>() : nullptr;
+        const Acc* cb = rope ? cos.const_data_ptr<Acc>() : nullptr;
+        const Acc* sb = rope ? sin.const_data_ptr<Acc>() : nullptr;
         const int64_t c_b = rope ? cos.stride(0) : 0, c_s = rope ? cos.stride(1) : 0;
         const int64_t s_b = rope ? sin.stride(0) : 0, s_s = rope ? sin.stride(1) : 0;
         const int64_t grain = std::max<int64_t>(1, 16384 / d);
         at::parallel_for(0, rows, grain, [&](int64_t begin, int64_t end) {
-          std::vector<float> nq(d), nk(d);
-          float* n[2] = {nq.data(), nk.data()};
+          std::vector<Acc> nq(d), nk(d);
+          Acc* n[2] = {nq.data(), nk.data()};
           for (int64_t r = begin; r < end; ++r) {
             bool live[2];
             for (int i = 0; i < 2; ++i) {
@@ -92,13 +94,13 @@ void rmsnorm_rope_qk_launch(const at::Tensor& q_out2d, const at::Tensor& q2d,
               }
               continue;
             }
-            const float* c = cb + (r / seq) * c_b + (r % seq) * c_s;
-            const float* s = sb + (r / seq) * s_b + (r % seq) * s_s;
+            const Acc* c = cb + (r / seq) * c_b + (r % seq) * c_s;
+            const Acc* s = sb + (r / seq) * s_b + (r % seq) * s_s;
             T* oq = sides[0].out + r * sides[0].out_stride;
             T* ok = sides[1].out + r * sides[1].out_stride;
             for (int64_t j = 0; j < d; j += 2) {
-              const float c0 = c[j], c1 = c[j + 1], s0 = s[j], s1 = s[j + 1];
-              const float q0 = nq[j], q1 = nq[j + 1], k0 = nk[j], k1 = nk[j + 1];
+              const Acc c0 = c[j], c1 = c[j + 1], s0 = s[j], s1 = s[j + 1];
+              const Acc q0 = nq[j], q1 = nq[j + 1], k0 = nk[j], k1 = nk[j + 1];
               oq[j] = static_cast<T>(q0 * c0 - q1 * s0);
               oq[j + 1] = static_cast<T>(q1 * c1 + q0 * s1);
               ok[j] = static_cast<T>(k0 * c0 - k1 * s0);

@@ -3,9 +3,11 @@
 #include <ATen/Parallel.h>
 
 #include <cmath>
+#include <type_traits>
 
 #include "../torch-ext/torch_binding.h"
 #include "cpu_common.h"
+#include "rms_backward_cpu.h"
 
 namespace ltx {
 
@@ -16,15 +18,16 @@ void rms_norm_launch(const at::Tensor& out2d, const at::Tensor& x2d,
   const int64_t cols = x2d.size(1);
   const int64_t x_stride = x2d.stride(0);
   const int64_t out_stride = out2d.stride(0);
-  const float eps_f = static_cast<float>(eps);
   const at::ScalarType w_dtype = weight ? weight->scalar_type() : x2d.scalar_type();
 
-  cpu::dispatch_float(x2d.scalar_type(), [&](auto x_tag) {
+  cpu::dispatch_float_or_double(x2d.scalar_type(), [&](auto x_tag) {
     using Tx = decltype(x_tag);
-    cpu::dispatch_float(w_dtype, [&](auto w_tag) {
+    cpu::dispatch_float_or_double(w_dtype, [&](auto w_tag) {
       using Tw = decltype(w_tag);
-      cpu::dispatch_float(out2d.scalar_type(), [&](auto out_tag) {
+      cpu::dispatch_float_or_double(out2d.scalar_type(), [&](auto out_tag) {
         using To = decltype(out_tag);
+        using Acc = cpu::acc_t<Tx>;  // float64 (CPU only, for gradcheck): double throughout
+        const Acc eps_a = static_cast<Acc>(eps);
         const Tx* x = x2d.const_data_ptr<Tx>();
         const Tw* w = weight ? weight->const_data_ptr<Tw>() : nullptr;
         To* out = out2d.mutable_data_ptr<To>();
@@ -33,11 +36,13 @@ void rms_norm_launch(const at::Tensor& out2d, const at::Tensor& x2d,
           for (int64_t r = begin; r < end; ++r) {
             const Tx* xr = x + r * x_stride;
             To* orow = out + r * out_stride;
-            const float mean = cpu::sum_of_squares(xr, cols) / static_cast<float>(cols);
-            const float inv = 1.0f / std::sqrt(mean + eps_f);
+            const Acc mean = cpu::sum_sq_acc<Acc>(xr, cols) / static_cast<Acc>(cols);
+            const Acc inv = Acc(1) / std::sqrt(mean + eps_a);
             for (int64_t c = 0; c < cols; ++c) {
-              float v = cpu::round_through(mid_dtype, static_cast<float>(xr[c]) * inv);
-              if (w) v *= static_cast<float>(w[c]);
+              Acc v = static_cast<Acc>(xr[c]) * inv;
+              // With float64 the binding allows only float64 weights: no rounding point.
+              if constexpr (std::is_same_v<Acc, float>) v = cpu::round_through(mid_dtype, v);
+              if (w) v *= static_cast<Acc>(w[c]);
               orow[c] = static_cast<To>(v);
             }
           }

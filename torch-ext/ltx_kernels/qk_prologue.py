@@ -37,10 +37,21 @@ def rmsnorm_rope_qk(
     ``cos``/``sin``: float32 ``[S, D]`` or ``[B, S, D]`` broadcastable to q (stride-0 batch
     read without a copy), or both None for the norms only; then k may have other leading
     dims than q (cross-attention keys). ``inplace=True`` writes into q and k and returns
-    them. Returns ``(q_out, k_out)`` in q's dtype.
+    them; that path is inference-only (a RuntimeError when grad mode is on and an input
+    requires grad). Returns ``(q_out, k_out)`` in q's dtype. Differentiable in q, k and
+    the weights (not in cos/sin: a NotImplementedError in backward if they require grad).
+    float64 (q, k, weights, tables) is accepted on the CPU only (for gradcheck).
     """
     _arch.check(q)
     if inplace:
+        if torch.is_grad_enabled() and any(
+            t is not None and t.requires_grad for t in (q, k, q_weight, k_weight, cos, sin)
+        ):
+            raise RuntimeError(
+                "ltx_kernels.rmsnorm_rope_qk(inplace=True) is inference-only (it writes into "
+                "q and k, which autograd cannot track); an input requires grad: call it with "
+                "inplace=False, or under torch.no_grad()"
+            )
         ops.rmsnorm_rope_qk_out(q, k, q, k, q_weight, k_weight, cos, sin, eps)
         return q, k
     q_out, k_out = ops.rmsnorm_rope_qk(q, k, q_weight, k_weight, cos, sin, eps)
@@ -57,3 +68,58 @@ def _rmsnorm_rope_qk_fake(q, k, q_weight, k_weight, cos, sin, eps):
 def _rmsnorm_rope_qk_out_fake(q_out, k_out, q, k, q_weight, k_weight, cos, sin, eps):
     _arch.check_fake(q_out)
     return None
+
+
+@torch.library.register_fake(add_op_namespace_prefix("rmsnorm_rope_qk_backward"))
+def _rmsnorm_rope_qk_backward_fake(
+    grad_q, grad_k, q, k, q_weight, k_weight, cos, sin, eps, weights_grad
+):
+    _arch.check_fake(q)
+
+    def wgrad(w):
+        if w is None:
+            return q.new_empty((0,))
+        return w.new_empty(w.shape if weights_grad else (0,))
+
+    return q.new_empty(q.shape), k.new_empty(k.shape), wgrad(q_weight), wgrad(k_weight)
+
+
+def _qk_setup_context(ctx, inputs, output):
+    q, k, q_weight, k_weight, cos, sin, eps = inputs
+    ctx.save_for_backward(q, k, q_weight, k_weight, cos, sin)
+    ctx.eps = eps
+
+
+def _qk_backward(ctx, grad_q, grad_k):
+    q, k, q_weight, k_weight, cos, sin = ctx.saved_tensors
+    need = ctx.needs_input_grad
+    if need[4] or need[5]:
+        raise NotImplementedError(
+            "ltx_kernels.rmsnorm_rope_qk: no gradient for cos/sin (the RoPE tables are "
+            "constants in LTX-Video); detach them"
+        )
+    if not any(need[:4]) or (grad_q is None and grad_k is None):
+        return None, None, None, None, None, None, None
+    # An unused output's grad is None: it contributes nothing, i.e. zeros.
+    if grad_q is None:
+        grad_q = torch.zeros_like(q)
+    if grad_k is None:
+        grad_k = torch.zeros_like(k)
+    weights_grad = bool((need[2] and q_weight is not None) or (need[3] and k_weight is not None))
+    dq, dk, dqw, dkw = ops.rmsnorm_rope_qk_backward(
+        grad_q, grad_k, q, k, q_weight, k_weight, cos, sin, ctx.eps, weights_grad
+    )
+    return (
+        dq if need[0] else None,
+        dk if need[1] else None,
+        dqw if need[2] else None,
+        dkw if need[3] else None,
+        None,
+        None,
+        None,
+    )
+
+
+torch.library.register_autograd(
+    add_op_namespace_prefix("rmsnorm_rope_qk"), _qk_backward, setup_context=_qk_setup_context
+)

@@ -57,8 +57,10 @@ def rmsnorm(
 
     Any rank; float32/float16/bfloat16 ``x`` and ``weight`` (shape ``[x.shape[-1]]``
     or None), accumulated in float32. ``eps=None`` means float32's machine epsilon,
-    as ``torch.nn.RMSNorm(eps=None)``. ``out``, if given, receives the result (it
-    may be ``x`` itself) and is returned. Rows may be strided (e.g. ``qkv[..., :D]``)
+    as ``torch.nn.RMSNorm(eps=None)``. Differentiable (x and weight) without ``out``.
+    ``out``, if given, receives the result (it may be ``x`` itself) and is returned; that
+    path is inference-only (a RuntimeError when grad mode is on and an input requires
+    grad). float64 is accepted on the CPU only (for gradcheck). Rows may be strided (e.g. ``qkv[..., :D]``)
     without a copy; other layouts are copied once.
     """
     _arch.check(x)
@@ -67,8 +69,18 @@ def rmsnorm(
     code = _semantics_code(semantics)
     if out is None:
         return ops.rms_norm(x, weight, eps, code)
+    _check_inference_only("rmsnorm(out=...)", x, weight)
     ops.rms_norm_out(out, x, weight, eps, code)
     return out
+
+
+def _check_inference_only(what, *tensors):
+    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors):
+        raise RuntimeError(
+            f"ltx_kernels.{what} is inference-only (it writes into a given tensor, which "
+            "autograd cannot track); an input requires grad: call it without out= / inplace, "
+            "or under torch.no_grad()"
+        )
 
 
 @torch.library.register_fake(add_op_namespace_prefix("rms_norm"))
@@ -82,3 +94,36 @@ def _rms_norm_fake(x, weight, eps, semantics):
 def _rms_norm_out_fake(out, x, weight, eps, semantics):
     _arch.check_fake(out)
     return None
+
+
+@torch.library.register_fake(add_op_namespace_prefix("rms_norm_backward"))
+def _rms_norm_backward_fake(grad, x, weight, eps, weight_grad):
+    _arch.check_fake(x)
+    dx = x.new_empty(x.shape)
+    if weight is None:
+        return dx, x.new_empty((0,))
+    if not weight_grad:
+        return dx, weight.new_empty((0,))
+    return dx, weight.new_empty(weight.shape)
+
+
+# Autograd: every semantics has the same gradient (the roundings between the steps are
+# identity for it), computed by rms_norm_backward.
+def _rms_norm_setup_context(ctx, inputs, output):
+    x, weight, eps, _semantics = inputs
+    ctx.save_for_backward(x, weight)
+    ctx.eps = eps
+
+
+def _rms_norm_backward(ctx, grad):
+    x, weight = ctx.saved_tensors
+    want_x, want_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+    if grad is None or not (want_x or want_w):
+        return None, None, None, None
+    dx, dw = ops.rms_norm_backward(grad, x, weight, ctx.eps, bool(want_w and weight is not None))
+    return (dx if want_x else None), (dw if want_w else None), None, None
+
+
+torch.library.register_autograd(
+    add_op_namespace_prefix("rms_norm"), _rms_norm_backward, setup_context=_rms_norm_setup_context
+)

@@ -15,14 +15,19 @@
 #include <optional>
 
 #include "ops/qk_prologue.h"
+#include "ops/qk_prologue_backward.h"
+#include "ops/rms_norm_backward.h"
 #include "ops/out_checks.h"
 #include "ops/rows.h"
 #include "torch_binding.h"
 
 namespace ltx {
 namespace {
-
 constexpr const char* kOp = "rmsnorm_rope_qk";
+}  // namespace
+
+// Shared with the backward binding (qk_prologue_backward.h).
+namespace qk {
 
 void check_dev(const char* name, const at::Tensor& t, const at::Tensor& q) {
   TORCH_CHECK(t.device() == q.device(), "ltx_kernels.", kOp, ": ", name, " is on ", t.device(),
@@ -32,7 +37,7 @@ void check_dev(const char* name, const at::Tensor& t, const at::Tensor& q) {
 void check_inputs(const at::Tensor& q, const at::Tensor& k) {
   TORCH_CHECK(q.dim() >= 1, "ltx_kernels.", kOp, ": q must have at least 1 dim, got a scalar");
   TORCH_CHECK(k.dim() >= 1, "ltx_kernels.", kOp, ": k must have at least 1 dim, got a scalar");
-  check_float_dtype(q, kOp, "q");
+  check_float_dtype_or_cpu_double(q, kOp, "q");
   check_dev("k", k, q);
   TORCH_CHECK(k.scalar_type() == q.scalar_type(), "ltx_kernels.", kOp,
               ": k must have q's dtype ", q.scalar_type(), ", got ", k.scalar_type());
@@ -41,20 +46,14 @@ void check_inputs(const at::Tensor& q, const at::Tensor& k) {
               k.size(-1), " (shape ", shape_str(k.sizes()), ")");
 }
 
-// The two weights as the kernel reads them: contiguous [D], both in x's dtype, or both
-// fp32 (weights of another dtype are converted: torch.nn.RMSNorm multiplies in fp32
-// either way, so only the storage changes).
-struct Weights {
-  std::optional<at::Tensor> q, k;
-};
-
 Weights prepare_weights(const at::Tensor& q, const std::optional<at::Tensor>& qw,
                         const std::optional<at::Tensor>& kw) {
   const int64_t d = q.size(-1);
   auto check = [&](const char* name, const std::optional<at::Tensor>& w) {
     if (!w) return;
     check_dev(name, *w, q);
-    check_float_dtype(*w, kOp, name);
+    check_float_dtype_or_cpu_double(*w, kOp, name);
+    check_double_together(kOp, "q", q, name, *w);
     TORCH_CHECK(w->dim() == 1 && w->size(0) == d, "ltx_kernels.", kOp, ": ", name,
                 " must have shape [", d, "] (q's last dim), got ", shape_str(w->sizes()));
   };
@@ -72,7 +71,10 @@ Weights prepare_weights(const at::Tensor& q, const std::optional<at::Tensor>& qw
 // cos/sin broadcast to q [..., S, D] as a [B, S, D] view (last dim contiguous).
 at::Tensor table_view(const char* name, const at::Tensor& t, const at::Tensor& q) {
   check_dev(name, t, q);
-  TORCH_CHECK(t.scalar_type() == at::kFloat, "ltx_kernels.", kOp, ": ", name,
+  // float64 q (CPU, gradcheck): the tables are read as float64 too.
+  const bool dbl = q.scalar_type() == at::kDouble;
+  TORCH_CHECK(t.scalar_type() == at::kFloat || (dbl && t.scalar_type() == at::kDouble),
+              "ltx_kernels.", kOp, ": ", name,
               " must be float32 (LTX builds and applies the tables in fp32), got ",
               t.scalar_type());
   bool ok = t.dim() >= 2 && t.dim() <= q.dim() && t.size(-1) == q.size(-1);
@@ -81,15 +83,11 @@ at::Tensor table_view(const char* name, const at::Tensor& t, const at::Tensor& q
   }
   TORCH_CHECK(ok, "ltx_kernels.", kOp, ": ", name, " must have shape [S, D] or [B, S, D] ",
               "broadcastable to q's shape ", shape_str(q.sizes()), ", got ", shape_str(t.sizes()));
-  const at::Tensor c = (t.size(-1) <= 1 || t.stride(-1) == 1) ? t : t.contiguous();
+  const at::Tensor td = dbl ? t.to(at::kDouble) : t;
+  const at::Tensor c = (td.size(-1) <= 1 || td.stride(-1) == 1) ? td : td.contiguous();
   // reshape keeps a view (stride-0 batch included) whenever one stride can express it.
   return c.expand(q.sizes()).reshape({-1, q.size(-2), q.size(-1)});
 }
-
-struct Tables {
-  at::Tensor cos, sin;  // undefined: norm only
-  int64_t seq = 1;
-};
 
 Tables check_tables(const at::Tensor& q, const at::Tensor& k, const std::optional<at::Tensor>& cos,
                     const std::optional<at::Tensor>& sin) {
@@ -114,7 +112,10 @@ Tables check_tables(const at::Tensor& q, const at::Tensor& k, const std::optiona
   return t;
 }
 
+}  // namespace qk
 
+namespace {
+using namespace qk;
 
 // Where the kernel writes one output: its row view, or a temporary copied into dest.
 struct Dest {

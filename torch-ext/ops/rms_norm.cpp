@@ -5,6 +5,7 @@
 #include <c10/core/ScalarType.h>
 
 #include "ops/rms_norm.h"
+#include "ops/rms_norm_backward.h"
 #include "ops/rows.h"
 #include "torch_binding.h"
 
@@ -40,11 +41,12 @@ RmsNormPlan plan(at::ScalarType x, const std::optional<at::Tensor>& weight, int6
 RmsNormPlan check_args(const at::Tensor& x, const std::optional<at::Tensor>& weight, double eps,
                        int64_t semantics) {
   TORCH_CHECK(x.dim() >= 1, "ltx_kernels.", kOp, ": x must have at least one dimension");
-  check_float_dtype(x, kOp, "x");
+  check_float_dtype_or_cpu_double(x, kOp, "x");
   check_eps(eps, kOp);
   if (weight) {
-    check_float_dtype(*weight, kOp, "weight");
+    check_float_dtype_or_cpu_double(*weight, kOp, "weight");
     check_same_device(*weight, x, kOp, "weight");
+    check_double_together(kOp, "x", x, "weight", *weight);
     TORCH_CHECK(weight->dim() == 1 && weight->size(0) == x.size(-1), "ltx_kernels.", kOp,
                 ": weight must have shape [", x.size(-1), "] to match x's last dim, got ",
                 shape_str(weight->sizes()));
