@@ -50,6 +50,14 @@ def gated_residual_out_dtype(
     return torch.promote_types(x_dtype, torch.promote_types(y_dtype, gate_dtype))
 
 
+def _no_grad_path(op: str, what: str, *tensors) -> None:
+    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors):
+        raise RuntimeError(
+            f"ltx_kernels.{op}: the {what} path is inference-only (no autograd); an input "
+            f"requires grad. Call it without {what} (differentiable), or under torch.no_grad()."
+        )
+
+
 def adaln(
     x: torch.Tensor,
     scale: torch.Tensor,
@@ -72,9 +80,14 @@ def adaln(
     ``promote(product, shift)``, which is the output dtype (``adaln_out_dtype``). With
     fp32 ``x``, ``scale`` and ``shift`` (Wan) all of it is fp32. ``out``, if given,
     receives the result (it may be ``x``) and is returned.
+
+    Differentiable (x, scale, shift, weight) without ``out``; the ``out=`` path is
+    inference-only and raises if grad mode is on and an input requires grad.
     """
     _arch.check(x)
     code = _norm_code(norm)
+    if out is not None:
+        _no_grad_path("adaln", "out=", x, scale, shift, weight)
     if out is None:
         return ops.adaln(x, scale, shift, weight, eps, code)
     ops.adaln_out(out, x, scale, shift, weight, eps, code)
@@ -95,8 +108,13 @@ def gated_residual(
     product rounds to ``promote(y, gate)`` and the sum to ``promote(x, product)``, the
     output dtype, as in eager. ``inplace=True`` writes into ``x`` (which must already
     have the output dtype) and returns it; ``out`` receives the result otherwise.
+
+    Differentiable (x, y, gate) without ``out``/``inplace``; those paths are
+    inference-only and raise if grad mode is on and an input requires grad.
     """
     _arch.check(x)
+    if out is not None or inplace:
+        _no_grad_path("gated_residual", "inplace=True" if inplace else "out=", x, y, gate)
     if inplace:
         if out is not None:
             raise ValueError("ltx_kernels.gated_residual: pass either out or inplace=True, not both")
@@ -140,3 +158,84 @@ def _gated_residual_out_fake(out, x, y, gate):
 def _gated_residual_inplace_fake(x, y, gate):
     _arch.check_fake(x)
     return None
+
+
+# ---- training: backward ops and autograd ---------------------------------------------
+
+
+@torch.library.register_fake(add_op_namespace_prefix("adaln_backward"))
+def _adaln_backward_fake(grad, x, scale, shift, weight, eps, norm, output_mask):
+    _arch.check_fake(x)
+
+    def grad_of(t, wanted):
+        if t is None or not wanted:
+            return x.new_empty((0,)) if t is None else t.new_empty((0,))
+        return t.new_empty(t.shape)
+
+    return (
+        grad_of(x, output_mask[0]),
+        grad_of(scale, output_mask[1]),
+        grad_of(shift, output_mask[2]),
+        grad_of(weight, output_mask[3]),
+    )
+
+
+@torch.library.register_fake(add_op_namespace_prefix("gated_residual_backward"))
+def _gated_residual_backward_fake(grad, y, gate, output_mask):
+    _arch.check_fake(grad)
+    return (
+        y.new_empty(y.shape) if output_mask[0] else y.new_empty((0,)),
+        gate.new_empty(gate.shape) if output_mask[1] else gate.new_empty((0,)),
+    )
+
+
+def _adaln_setup(ctx, inputs, output):
+    x, scale, shift, weight, eps, norm = inputs
+    ctx.save_for_backward(x, scale, shift, weight)
+    ctx.eps, ctx.norm = eps, norm
+
+
+def _adaln_backward(ctx, grad):
+    x, scale, shift, weight = ctx.saved_tensors
+    need = ctx.needs_input_grad
+    mask = [need[0], need[1], shift is not None and need[2], weight is not None and need[3]]
+    if grad is None or not any(mask):
+        return None, None, None, None, None, None
+    dx, dscale, dshift, dweight = ops.adaln_backward(grad, x, scale, shift, weight, ctx.eps, ctx.norm, mask)
+    return (
+        dx if mask[0] else None,
+        dscale if mask[1] else None,
+        dshift if mask[2] else None,
+        dweight if mask[3] else None,
+        None,
+        None,
+    )
+
+
+torch.library.register_autograd(
+    add_op_namespace_prefix("adaln"), _adaln_backward, setup_context=_adaln_setup
+)
+
+
+def _gated_setup(ctx, inputs, output):
+    x, y, gate = inputs
+    ctx.save_for_backward(y, gate)
+    ctx.x_dtype = x.dtype
+
+
+def _gated_backward(ctx, grad):
+    y, gate = ctx.saved_tensors
+    need = ctx.needs_input_grad
+    if grad is None:
+        return None, None, None
+    # d/dx (x + y * gate) = grad, in x's dtype (x has the output's shape).
+    dx = grad.to(ctx.x_dtype) if need[0] else None
+    dy = dgate = None
+    if need[1] or need[2]:
+        dy, dgate = ops.gated_residual_backward(grad, y, gate, [need[1], need[2]])
+    return dx, dy if need[1] else None, dgate if need[2] else None
+
+
+torch.library.register_autograd(
+    add_op_namespace_prefix("gated_residual"), _gated_backward, setup_context=_gated_setup
+)

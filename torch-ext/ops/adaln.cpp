@@ -16,6 +16,7 @@
 // gated_residual: p = y * gate in promote(y, gate), out = x + p in promote(x, p).
 // fp32 operands (Wan's fp32 modulation) make every step an fp32 op, as in eager.
 #include "ops/adaln.h"
+#include "ops/adaln_backward.h"
 
 #include <ATen/MemoryOverlap.h>
 #include <ATen/core/Tensor.h>
@@ -46,7 +47,7 @@ AdaLnArgs check_adaln(const at::Tensor& x, const at::Tensor& scale,
                       const std::optional<at::Tensor>& shift,
                       const std::optional<at::Tensor>& weight, double eps, int64_t norm) {
   TORCH_CHECK(x.dim() >= 1, "ltx_kernels.", kAda, ": x must have at least one dimension");
-  check_float_dtype(x, kAda, "x");
+  check_float_dtype_or_cpu_double(x, kAda, "x");
   check_eps(eps, kAda);
   TORCH_CHECK(norm == 0 || norm == 1, "ltx_kernels.", kAda,
               ": norm must be 0 (rms) or 1 (layer), got ", norm);
@@ -55,7 +56,7 @@ AdaLnArgs check_adaln(const at::Tensor& x, const at::Tensor& scale,
   a.scale = broadcast_operand(scale, x, kAda, "scale");
   if (shift) a.shift = broadcast_operand(*shift, x, kAda, "shift");
   if (weight) {
-    check_float_dtype(*weight, kAda, "weight");
+    check_float_dtype_or_cpu_double(*weight, kAda, "weight");
     check_same_device(*weight, x, kAda, "weight");
     TORCH_CHECK(weight->dim() == 1 && weight->size(0) == x.size(-1), "ltx_kernels.", kAda,
                 ": weight must have shape [", x.size(-1), "] to match x's last dim, got ",
@@ -79,20 +80,26 @@ AdaLnArgs check_adaln(const at::Tensor& x, const at::Tensor& scale,
   return a;
 }
 
-// The weight as the kernels read it: fp32, contiguous, 16-byte aligned (exact).
-std::optional<at::Tensor> kernel_weight(const std::optional<at::Tensor>& weight) {
+}  // namespace
+
+// The weight as the kernels read it: fp32 (float64 for a float64 result on the CPU),
+// contiguous, 16-byte aligned (exact).
+std::optional<at::Tensor> adaln_kernel_weight(const std::optional<at::Tensor>& weight,
+                                              at::ScalarType out) {
   if (!weight) return std::nullopt;
-  at::Tensor w = weight->to(at::kFloat).contiguous();
+  at::Tensor w = weight->to(out == at::kDouble ? at::kDouble : at::kFloat).contiguous();
   if (reinterpret_cast<uintptr_t>(w.const_data_ptr()) % 16 != 0) w = w.clone();
   return w;
 }
+
+namespace {
 
 void run_adaln(const at::Tensor& out, const at::Tensor& x, AdaLnArgs& a,
                const std::optional<at::Tensor>& weight, double eps) {
   if (x.numel() == 0) return;
   at::Tensor* operands[kMaxRowOperands] = {&a.scale, a.shift ? &*a.shift : nullptr};
   const RowSpace rs = make_row_space(x, operands, a.shift ? 2 : 1);
-  adaln_launch(as_output_rows(out, kAda), as_rows(x), a.scale, a.shift, kernel_weight(weight), rs,
+  adaln_launch(as_output_rows(out, kAda), as_rows(x), a.scale, a.shift, adaln_kernel_weight(weight, out.scalar_type()), rs,
                eps, a.norm, a.rounding);
 }
 
@@ -103,7 +110,7 @@ struct GateArgs {
 
 GateArgs check_gate(const at::Tensor& x, const at::Tensor& y, const at::Tensor& gate) {
   TORCH_CHECK(x.dim() >= 1, "ltx_kernels.", kGate, ": x must have at least one dimension");
-  check_float_dtype(x, kGate, "x");
+  check_float_dtype_or_cpu_double(x, kGate, "x");
   GateArgs g;
   g.y = broadcast_operand(y, x, kGate, "y");
   g.gate = broadcast_operand(gate, x, kGate, "gate");

@@ -25,7 +25,7 @@ namespace ltx {
 // dim has x's size and is contiguous. Names `name` in every error.
 inline at::Tensor broadcast_operand(const at::Tensor& t, const at::Tensor& x, const char* op,
                                     const char* name) {
-  check_float_dtype(t, op, name);
+  check_float_dtype_or_cpu_double(t, op, name);  // float64: CPU only (gradcheck)
   check_same_device(t, x, op, name);
   const int64_t xd = x.dim();
   bool ok = t.dim() <= xd;
