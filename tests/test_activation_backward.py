@@ -249,7 +249,8 @@ def test_compile_fullgraph_forward_backward(device):
     lc = compiled(xc, w)
     lc.backward()
     torch.testing.assert_close(lc, le)
-    assert torch.equal(xc.grad, xe.grad)
+    # inductor may add the two branches' gradient contributions in another order.
+    torch.testing.assert_close(xc.grad, xe.grad, rtol=1e-6, atol=1e-6)
 
 
 # ---- inference-only out= paths and bad input ------------------------------------------------
