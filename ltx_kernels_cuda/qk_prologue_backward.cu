@@ -295,7 +295,7 @@ void rmsnorm_rope_qk_backward_launch(const at::Tensor& dq2d, const at::Tensor& g
     });
   });
   if (sides > 0) {
-    const at::Tensor sums = at::sum(partial, {1});
+    const at::Tensor sums = at::sum(partial, at::IntArrayRef{1});
     for (int t = 0; t < 2; ++t) {
       if (side_of[t] >= 0) dws[t]->copy_(sums[side_of[t]]);
     }

@@ -188,7 +188,7 @@ void rms_norm_backward_launch(const at::Tensor& dx2d, const at::Tensor& g2d_in,
       });
     });
   });
-  if (dw.defined()) dw.copy_(at::sum(partial, {0, 1}));
+  if (dw.defined()) dw.copy_(at::sum(partial, at::IntArrayRef{0, 1}));
 }
 
 }  // namespace ltx

@@ -133,7 +133,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> adaln_backward(
     }
   }
   if (want_dw) {
-    dw = x.numel() > 0 ? at::sum(dwt.view({-1, cols}), {0}, false, acc).to(weight->scalar_type())
+    dw = x.numel() > 0 ? at::sum(dwt.view({-1, cols}), at::IntArrayRef{0}, false, acc).to(weight->scalar_type())
                        : at::zeros_like(*weight);
   }
   return {dx, ds, dh, dw};
