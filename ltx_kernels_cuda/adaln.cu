@@ -45,6 +45,7 @@ int dtype_code(at::ScalarType t) {
 template <typename T, int N>
 struct TypedIo {
   static constexpr int kN = N;
+  using Type = T;
   using Raw = Vec<T, N>;
   __device__ __forceinline__ static Raw load(const void* base, int64_t off, int /*dtype*/) {
     return Raw::load(static_cast<const T*>(base) + off);
@@ -52,10 +53,7 @@ struct TypedIo {
   __device__ __forceinline__ static float get(const Raw& r, int k) { return to_float(r.v[k]); }
   __device__ __forceinline__ static void store(void* base, int64_t off, int /*dtype*/,
                                                const float (&f)[N]) {
-    Vec<T, N> o;
-#pragma unroll
-    for (int k = 0; k < N; ++k) o.v[k] = from_float<T>(f[k]);
-    o.store(static_cast<T*>(base) + off);
+    pack_from_float<T, N>(f).store(static_cast<T*>(base) + off);
   }
 };
 
@@ -123,9 +121,27 @@ struct AdaLnParams {
   int dx, ds, dh, dout;  // dtype codes (generic kernel)
 };
 
+// The four rounding points (torch_binding.h), fixed at compile time on the typed fast
+// paths (no per-element branch), read from the params in the generic kernel.
+// Each rounds a whole vector's values (pairwise on the typed paths: common/vec.cuh).
+template <Round kMid, Round kNorm, Round kScale1, Round kProd>
+struct FixedRounds {
+  template <int N> __device__ __forceinline__ static void mid(float (&v)[N], const AdaLnParams&) { round_all<kMid>(v); }
+  template <int N> __device__ __forceinline__ static void norm(float (&v)[N], const AdaLnParams&) { round_all<kNorm>(v); }
+  template <int N> __device__ __forceinline__ static void scale1(float (&v)[N], const AdaLnParams&) { round_all<kScale1>(v); }
+  template <int N> __device__ __forceinline__ static void prod(float (&v)[N], const AdaLnParams&) { round_all<kProd>(v); }
+};
+struct RuntimeRounds {
+  template <int N> __device__ __forceinline__ static void mid(float (&v)[N], const AdaLnParams& p) { round_all(v, p.mid); }
+  template <int N> __device__ __forceinline__ static void norm(float (&v)[N], const AdaLnParams& p) { round_all(v, p.norm); }
+  template <int N> __device__ __forceinline__ static void scale1(float (&v)[N], const AdaLnParams& p) { round_all(v, p.scale1); }
+  template <int N> __device__ __forceinline__ static void prod(float (&v)[N], const AdaLnParams& p) { round_all(v, p.prod); }
+};
+
 // kWeight: p.w is set (a separate instantiation: LTX's norms have none, and the weight's
-// registers would otherwise cost the weight-less kernel occupancy).
-template <class IoX, class IoM, class IoO, int kCached, bool kWeight>
+// registers would otherwise cost the weight-less kernel occupancy). kLayer: LayerNorm
+// (mean pass and centring), else RMSNorm. Rnd: the rounding policy above.
+template <class IoX, class IoM, class IoO, int kCached, bool kWeight, bool kLayer, class Rnd>
 __global__ void __launch_bounds__(kMaxRowThreads, 1) adaln_kernel(AdaLnParams p) {
   constexpr int N = IoX::kN;
   static_assert(IoM::kN == N && IoO::kN == N, "one vector width");
@@ -162,7 +178,7 @@ __global__ void __launch_bounds__(kMaxRowThreads, 1) adaln_kernel(AdaLnParams p)
 
     // Statistics in fp32: mean of squares (rms), or mean then centred variance (layer).
     float mean = 0.f;
-    if (p.layer) {
+    if constexpr (kLayer) {
       float s = 0.f;
 #pragma unroll
       for (int i = 0; i < kCached; ++i) {
@@ -186,7 +202,7 @@ __global__ void __launch_bounds__(kMaxRowThreads, 1) adaln_kernel(AdaLnParams p)
       if (active && j < nvec) {
 #pragma unroll
         for (int k = 0; k < N; ++k) {
-          const float d = IoX::get(xc[i], k) - mean;
+          const float d = kLayer ? IoX::get(xc[i], k) - mean : IoX::get(xc[i], k);
           ss += d * d;
         }
       }
@@ -195,7 +211,7 @@ __global__ void __launch_bounds__(kMaxRowThreads, 1) adaln_kernel(AdaLnParams p)
       const auto v = IoX::load(p.x, xo + static_cast<int64_t>(j) * N, p.dx);
 #pragma unroll
       for (int k = 0; k < N; ++k) {
-        const float d = IoX::get(v, k) - mean;
+        const float d = kLayer ? IoX::get(v, k) - mean : IoX::get(v, k);
         ss += d * d;
       }
     }
@@ -207,18 +223,28 @@ __global__ void __launch_bounds__(kMaxRowThreads, 1) adaln_kernel(AdaLnParams p)
                       const typename IoM::Raw& hv, int j) {
       float wv[N];
       if constexpr (kWeight) load_weight<N>(p.w, static_cast<int64_t>(j) * N, wv);
-      float o[N];
+      float n[N], s1[N];
 #pragma unroll
       for (int k = 0; k < N; ++k) {
-        float n = round_through(__fmul_rn(IoX::get(xv, k) - mean, inv), p.mid);
-        if constexpr (kWeight) n = __fmul_rn(n, wv[k]);
-        n = round_through(n, p.norm);
-        const float s1 = round_through(__fadd_rn(1.0f, IoM::get(sv, k)), p.scale1);
-        float m = __fmul_rn(n, s1);
-        if (has_shift) m = __fadd_rn(round_through(m, p.prod), IoM::get(hv, k));
-        o[k] = m;
+        const float xk = kLayer ? IoX::get(xv, k) - mean : IoX::get(xv, k);
+        n[k] = __fmul_rn(xk, inv);
+        s1[k] = __fadd_rn(1.0f, IoM::get(sv, k));
       }
-      IoO::store(p.out, oo + static_cast<int64_t>(j) * N, p.dout, o);
+      Rnd::mid(n, p);
+      if constexpr (kWeight) {
+#pragma unroll
+        for (int k = 0; k < N; ++k) n[k] = __fmul_rn(n[k], wv[k]);
+      }
+      Rnd::norm(n, p);
+      Rnd::scale1(s1, p);
+#pragma unroll
+      for (int k = 0; k < N; ++k) n[k] = __fmul_rn(n[k], s1[k]);  // n is now the product
+      if (has_shift) {
+        Rnd::prod(n, p);
+#pragma unroll
+        for (int k = 0; k < N; ++k) n[k] = __fadd_rn(n[k], IoM::get(hv, k));
+      }
+      IoO::store(p.out, oo + static_cast<int64_t>(j) * N, p.dout, n);
     };
 #pragma unroll
     for (int i = 0; i < kCached; ++i) {
@@ -251,7 +277,9 @@ struct GateParams {
   int dx, dy, dg, dout;
 };
 
-template <class IoX, class IoY, class IoG, class IoO, int kCached>
+// kProd: the product's rounding fixed at compile time; kRuntimeProd: read p.prod instead
+// (generic kernel).
+template <class IoX, class IoY, class IoG, class IoO, int kCached, Round kProd, bool kRuntimeProd>
 __global__ void __launch_bounds__(kMaxRowThreads, 1) gated_residual_kernel(GateParams p) {
   constexpr int N = IoX::kN;
   static_assert(IoY::kN == N && IoG::kN == N && IoO::kN == N, "one vector width");
@@ -286,10 +314,14 @@ __global__ void __launch_bounds__(kMaxRowThreads, 1) gated_residual_kernel(GateP
         if (j < nvec) {
           float o[N];
 #pragma unroll
-          for (int k = 0; k < N; ++k) {
-            const float prod = round_through(__fmul_rn(IoY::get(yc[i], k), IoG::get(gc[i], k)), p.prod);
-            o[k] = __fadd_rn(IoX::get(xc[i], k), prod);
+          for (int k = 0; k < N; ++k) o[k] = __fmul_rn(IoY::get(yc[i], k), IoG::get(gc[i], k));
+          if constexpr (kRuntimeProd) {
+            round_all(o, p.prod);
+          } else {
+            round_all<kProd>(o);
           }
+#pragma unroll
+          for (int k = 0; k < N; ++k) o[k] = __fadd_rn(IoX::get(xc[i], k), o[k]);
           IoO::store(p.out, oo + static_cast<int64_t>(j) * N, p.dout, o);
         }
       }
@@ -344,36 +376,57 @@ void adaln_launch(const at::Tensor& out2d, const at::Tensor& x2d, const at::Tens
                                    shift ? shift->element_size() : 1});
   if (p.rows == 0 || p.cols == 0) return;
   const RowPlan l = plan_rows(p.rows, p.cols / vec, cached_for(static_cast<int>(vec * widest)),
-                              x2d.device().index());
+                              x2d.device().index(), /*min_cache=*/vec * widest == 16 ? 2 : 1);
   p.tpr = l.tpr;
 
   // Fast paths: x, scale/shift and out all of one dtype, or half x with fp32
   // modulation (and fp32 out); vector width >= 2.
+  // The typed kernels fix the rounding points at compile time, in one of two forms the
+  // front end produces for these dtype pairs (rx / rm: x's / the modulation's rounding):
+  //   (mid, norm, 1+scale, prod) = (none, rx, rm, rm): no weight, or LayerNorm's weight
+  //                              = (rx,   rx, rm, rm): RMSNorm with a weight of x's dtype
+  // Anything else (an fp32 or other-dtype weight on half x) takes the generic kernel.
   bool done = false;
   auto try_fast = [&](auto xtag, auto mtag, auto otag) {
     using Tx = typename decltype(xtag)::type;
     using Tm = typename decltype(mtag)::type;
     using To = typename decltype(otag)::type;
+    constexpr Round rx = RoundOf<Tx>::value, rm = RoundOf<Tm>::value;
+    const bool tail = p.scale1 == rm && p.prod == rm && p.norm == rx;
+    const bool plain = tail && p.mid == Round::kNone;
+    const bool weighted_rms = tail && p.mid == rx && !p.layer && p.w != nullptr;
+    if (!plain && !weighted_rms) return;
     dispatch_vec(vec, [&](auto n) {
       constexpr int N = decltype(n)::value;
       constexpr size_t widest = std::max({sizeof(Tx), sizeof(Tm), sizeof(To)});
       if constexpr (N >= 2 && N * widest <= 16) {
         // A second cached vector only at full 16-byte width: narrower vectors (misaligned
         // views) with two or more cached would spill; they re-read the rest instead.
-        auto go = [&](auto w) {
-          constexpr bool kW = decltype(w)::value;
+        auto go = [&](auto w, auto layer, auto rnd) {
+          constexpr bool kW = decltype(w)::value, kL = decltype(layer)::value;
+          using R = decltype(rnd);
           if (l.cache >= 2 && N * widest == 16) {
-            adaln_kernel<TypedIo<Tx, N>, TypedIo<Tm, N>, TypedIo<To, N>, 2, kW>
+            adaln_kernel<TypedIo<Tx, N>, TypedIo<Tm, N>, TypedIo<To, N>, 2, kW, kL, R>
                 <<<l.grid, l.block, 0, stream>>>(p);
           } else {
-            adaln_kernel<TypedIo<Tx, N>, TypedIo<Tm, N>, TypedIo<To, N>, 1, kW>
+            adaln_kernel<TypedIo<Tx, N>, TypedIo<Tm, N>, TypedIo<To, N>, 1, kW, kL, R>
                 <<<l.grid, l.block, 0, stream>>>(p);
           }
         };
-        if (p.w != nullptr) {
-          go(std::true_type{});
+        using Plain = FixedRounds<Round::kNone, rx, rm, rm>;
+        using WeightedRms = FixedRounds<rx, rx, rm, rm>;
+        if (p.w == nullptr) {
+          if (p.layer) {
+            go(std::false_type{}, std::true_type{}, Plain{});
+          } else {
+            go(std::false_type{}, std::false_type{}, Plain{});
+          }
+        } else if (p.layer) {
+          go(std::true_type{}, std::true_type{}, Plain{});
+        } else if (plain) {  // fp32 x: rx is none, both forms agree
+          go(std::true_type{}, std::false_type{}, Plain{});
         } else {
-          go(std::false_type{});
+          go(std::true_type{}, std::false_type{}, WeightedRms{});
         }
         C10_CUDA_KERNEL_LAUNCH_CHECK();
         done = true;
@@ -392,10 +445,14 @@ void adaln_launch(const at::Tensor& out2d, const at::Tensor& x2d, const at::Tens
   }
   if (!done) {
     // one cached vector (the rest is re-read); the weight is a run-time branch here
+    auto go = [&](auto w, auto layer) {
+      constexpr bool kW = decltype(w)::value, kL = decltype(layer)::value;
+      adaln_kernel<AnyIo, AnyIo, AnyIo, 1, kW, kL, RuntimeRounds><<<l.grid, l.block, 0, stream>>>(p);
+    };
     if (p.w != nullptr) {
-      adaln_kernel<AnyIo, AnyIo, AnyIo, 1, true><<<l.grid, l.block, 0, stream>>>(p);
+      p.layer ? go(std::true_type{}, std::true_type{}) : go(std::true_type{}, std::false_type{});
     } else {
-      adaln_kernel<AnyIo, AnyIo, AnyIo, 1, false><<<l.grid, l.block, 0, stream>>>(p);
+      p.layer ? go(std::false_type{}, std::true_type{}) : go(std::false_type{}, std::false_type{});
     }
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   }
@@ -440,18 +497,22 @@ void gated_residual_launch(const at::Tensor& out2d, const at::Tensor& x2d, const
   // Fast paths: one dtype throughout, or fp32 x/gate/out with a half y (Wan's
   // x.float() + attn_out * gate); vector width >= 2.
   bool done = false;
+  // The typed kernels round the product to x's dtype (one dtype throughout) or not at all
+  // (fp32 x and gate): RoundOf<Tx> in both; anything else takes the generic kernel.
   auto try_fast = [&](auto xtag, auto ytag) {
     using Tx = typename decltype(xtag)::type;
     using Ty = typename decltype(ytag)::type;
+    constexpr Round kP = RoundOf<Tx>::value;
+    if (p.prod != kP) return;
     dispatch_vec(vec, [&](auto n) {
       constexpr int N = decltype(n)::value;
       constexpr size_t widest = std::max(sizeof(Tx), sizeof(Ty));
       if constexpr (N >= 2 && N * widest <= 16) {
         if (l.cache >= 2 && N * widest == 16) {
-          gated_residual_kernel<TypedIo<Tx, N>, TypedIo<Ty, N>, TypedIo<Tx, N>, TypedIo<Tx, N>, 2>
+          gated_residual_kernel<TypedIo<Tx, N>, TypedIo<Ty, N>, TypedIo<Tx, N>, TypedIo<Tx, N>, 2, kP, false>
               <<<l.grid, l.block, 0, stream>>>(p);
         } else {  // one vector per thread and batch (the batch loop covers any row length)
-          gated_residual_kernel<TypedIo<Tx, N>, TypedIo<Ty, N>, TypedIo<Tx, N>, TypedIo<Tx, N>, 1>
+          gated_residual_kernel<TypedIo<Tx, N>, TypedIo<Ty, N>, TypedIo<Tx, N>, TypedIo<Tx, N>, 1, kP, false>
               <<<l.grid, l.block, 0, stream>>>(p);
         }
         C10_CUDA_KERNEL_LAUNCH_CHECK();
@@ -467,7 +528,8 @@ void gated_residual_launch(const at::Tensor& out2d, const at::Tensor& x2d, const
     }
   }
   if (!done) {
-    gated_residual_kernel<AnyIo, AnyIo, AnyIo, AnyIo, 2><<<l.grid, l.block, 0, stream>>>(p);
+    gated_residual_kernel<AnyIo, AnyIo, AnyIo, AnyIo, 2, Round::kNone, true>
+        <<<l.grid, l.block, 0, stream>>>(p);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   }
 }

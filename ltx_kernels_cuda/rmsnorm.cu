@@ -29,25 +29,27 @@ struct RmsNormParams {
   int cols;
   int tpr;  // threads per row
   float eps;
-  Round mid;
 };
 
-// out[j-th vector] = round_out(round_mid(v * inv) * w) for one vector of a row.
-template <typename Tw, typename To, int N, typename VX>
+// out[j-th vector] = round_out(round_mid(v * inv) * w) for one vector of a row. kMid is
+// fixed at compile time (a run-time kind would be a branch per element).
+template <typename Tw, typename To, int N, Round kMid, typename VX>
 __device__ __forceinline__ void normalize_store(const VX v, const Tw* w, To* orow, int j,
-                                                float inv, Round mid) {
-  Vec<To, N> o;
+                                                float inv) {
+  float o[N];
   if (w != nullptr) {
     const Vec<Tw, N> wv = Vec<Tw, N>::load(w + j * N);
 #pragma unroll
-    for (int k = 0; k < N; ++k) {
-      o.v[k] = from_float<To>(round_through(to_float(v.v[k]) * inv, mid) * to_float(wv.v[k]));
-    }
+    for (int k = 0; k < N; ++k) o[k] = to_float(v.v[k]) * inv;
+    round_all<kMid>(o);
+#pragma unroll
+    for (int k = 0; k < N; ++k) o[k] *= to_float(wv.v[k]);
   } else {
 #pragma unroll
-    for (int k = 0; k < N; ++k) o.v[k] = from_float<To>(round_through(to_float(v.v[k]) * inv, mid));
+    for (int k = 0; k < N; ++k) o[k] = to_float(v.v[k]) * inv;
+    round_all<kMid>(o);
   }
-  o.store(orow + j * N);
+  pack_from_float<To, N>(o).store(orow + j * N);
 }
 
 // Threads per row stop at 512 (no __launch_bounds__: forcing 1024 threads caps
@@ -56,7 +58,7 @@ __device__ __forceinline__ void normalize_store(const VX v, const Tw* w, To* oro
 // elements) re-read their tail, mostly from L2.
 constexpr int kMaxBlock = 512;
 
-template <typename Tx, typename Tw, typename To, int N>
+template <typename Tx, typename Tw, typename To, int N, Round kMid>
 __global__ void rms_norm_kernel(RmsNormParams p) {
   __shared__ float scratch[kMaxWarpsPerBlock];
   using VX = Vec<Tx, N>;
@@ -110,10 +112,10 @@ __global__ void rms_norm_kernel(RmsNormParams p) {
 #pragma unroll
     for (int i = 0; i < kCached; ++i) {
       const int j = lane + i * p.tpr;
-      if (active && j < nvec) normalize_store<Tw, To, N>(cache[i], w, orow, j, inv, p.mid);
+      if (active && j < nvec) normalize_store<Tw, To, N, kMid>(cache[i], w, orow, j, inv);
     }
     for (int j = lane + kCached * p.tpr; active && j < nvec; j += p.tpr) {
-      normalize_store<Tw, To, N>(VX::load(xr + j * N), w, orow, j, inv, p.mid);
+      normalize_store<Tw, To, N, kMid>(VX::load(xr + j * N), w, orow, j, inv);
     }
   }
 }
@@ -146,7 +148,7 @@ void rms_norm_launch(const at::Tensor& out2d, const at::Tensor& x2d,
   TORCH_CHECK(x2d.size(1) <= INT32_MAX, "ltx_kernels.rms_norm: last dim too large");
   p.cols = static_cast<int>(x2d.size(1));
   p.eps = static_cast<float>(eps);
-  p.mid = round_kind(mid_dtype);
+  const Round mid = round_kind(mid_dtype);
 
   const at::ScalarType w_dtype = weight ? weight->scalar_type() : x2d.scalar_type();
   const int vec = pick_vec_width(
@@ -188,7 +190,18 @@ void rms_norm_launch(const at::Tensor& out2d, const at::Tensor& x2d,
             constexpr int N = decltype(n)::value;
             constexpr size_t widest = std::max({sizeof(Tx), sizeof(Tw), sizeof(To)});
             if constexpr (N * widest <= 16) {
-              launch(rms_norm_kernel<Tx, Tw, To, N>);
+              // The front end rounds the normalised value to x's dtype, the weight's, or not
+              // at all (rms_norm.cpp); one instantiation per distinct kind.
+              constexpr Round rx = RoundOf<Tx>::value, rw = RoundOf<Tw>::value;
+              if (mid == Round::kNone) {
+                launch(rms_norm_kernel<Tx, Tw, To, N, Round::kNone>);
+              } else if (mid == rx) {
+                launch(rms_norm_kernel<Tx, Tw, To, N, rx>);
+              } else if (mid == rw) {
+                launch(rms_norm_kernel<Tx, Tw, To, N, rw>);
+              } else {
+                TORCH_CHECK(false, "ltx_kernels.rms_norm: internal error: rounding kind");
+              }
             } else {
               TORCH_CHECK(false, "ltx_kernels.rms_norm: internal error: vector width ", N);
             }

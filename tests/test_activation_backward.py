@@ -13,7 +13,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from .util import DEVICES, DTYPES, HAS_GPU, kernel, requires_gpu, subnormal_spacing, unit_roundoff
+from .util import DEVICES, DTYPES, HAS_GPU, kernel, requires_gpu, subnormal_spacing, unit_roundoff, requires_cpu_variant
 
 pytestmark = pytest.mark.kernels_ci
 
@@ -42,6 +42,7 @@ def grad_of(fn, x, grad):
 
 
 @pytest.mark.parametrize("approximate", APPROX)
+@requires_cpu_variant
 def test_gradcheck_gelu(approximate):
     fn = gelu_fn(approximate)
     for x in (torch.randn(3, 5, dtype=torch.float64) * 2, torch.randn(4, 9, dtype=torch.float64)[:, 1:7]):
@@ -50,6 +51,7 @@ def test_gradcheck_gelu(approximate):
 
 
 @pytest.mark.parametrize("approximate,gate_first", GEGLU_OPTS)
+@requires_cpu_variant
 def test_gradcheck_geglu(approximate, gate_first):
     def fn(x):
         return kernel.geglu(x, approximate, gate_first=gate_first)
@@ -59,6 +61,7 @@ def test_gradcheck_geglu(approximate, gate_first):
         assert torch.autograd.gradcheck(fn, (x,))
 
 
+@requires_cpu_variant
 def test_cpu_float64_forward_matches_reference():
     x = torch.randn(4, 64, dtype=torch.float64) * 3
     for approximate in APPROX:

@@ -11,7 +11,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from .util import DEVICES, HAS_GPU, kernel, requires_gpu
+from .util import DEVICES, HAS_GPU, kernel, requires_gpu, requires_cpu_variant
 
 pytestmark = pytest.mark.kernels_ci
 
@@ -75,6 +75,7 @@ def assert_grad_accuracy(ours, ref, exact, dtype, what, factor=4.0, slack=16.0):
 @pytest.mark.parametrize("norm", ["rms", "layer"])
 @pytest.mark.parametrize("form", list(FORMS))
 @pytest.mark.parametrize("opts", ["none", "both"])
+@requires_cpu_variant
 def test_gradcheck_adaln(norm, form, opts):
     b, s, d = 2, 3, 8
     x = torch.randn(b, s, d, dtype=torch.float64)
@@ -86,6 +87,7 @@ def test_gradcheck_adaln(norm, form, opts):
     assert torch.autograd.gradcheck(fn, inputs, fast_mode=True)
 
 
+@requires_cpu_variant
 def test_gradcheck_adaln_4d_and_strided_modulation():
     x = torch.randn(2, 3, 4, 8, dtype=torch.float64)
     sc = (0.5 * torch.randn(2, 3, 1, 8, dtype=torch.float64)).requires_grad_()
@@ -95,6 +97,7 @@ def test_gradcheck_adaln_4d_and_strided_modulation():
 
 
 @pytest.mark.parametrize("form", list(FORMS))
+@requires_cpu_variant
 def test_gradcheck_gated_residual(form):
     b, s, d = 2, 3, 8
     x = torch.randn(b, s, d, dtype=torch.float64, requires_grad=True)
@@ -248,29 +251,31 @@ def test_parameter_grads_deterministic(device):
 
 
 def test_out_and_inplace_paths_refuse_grad():
-    x = torch.randn(2, 4, 16, requires_grad=True)
-    s = torch.randn(2, 1, 16)
+    dev = "cuda" if HAS_GPU else "cpu"
+    x = torch.randn(2, 4, 16, requires_grad=True, device=dev)
+    s = torch.randn(2, 1, 16, device=dev)
     with pytest.raises(RuntimeError, match="inference-only"):
-        kernel.adaln(x, s, out=torch.empty(2, 4, 16))
+        kernel.adaln(x, s, out=torch.empty(2, 4, 16, device=dev))
     with pytest.raises(RuntimeError, match="inference-only"):
-        kernel.gated_residual(x, x, s, out=torch.empty(2, 4, 16))
+        kernel.gated_residual(x, x, s, out=torch.empty(2, 4, 16, device=dev))
     with pytest.raises(RuntimeError, match="inference-only"):
-        kernel.gated_residual(torch.randn(2, 4, 16), x, s, inplace=True)
+        kernel.gated_residual(torch.randn(2, 4, 16, device=dev), x, s, inplace=True)
     with torch.no_grad():
-        kernel.gated_residual(torch.randn(2, 4, 16), x, s, inplace=True)
+        kernel.gated_residual(torch.randn(2, 4, 16, device=dev), x, s, inplace=True)
 
 
 def test_unused_inputs_and_none_grads():
-    x = torch.randn(2, 4, 16, requires_grad=True)
-    s = torch.randn(2, 1, 16)  # no grad
-    out = kernel.adaln(x, s, torch.randn(16), None)
+    dev = "cuda" if HAS_GPU else "cpu"
+    x = torch.randn(2, 4, 16, requires_grad=True, device=dev)
+    s = torch.randn(2, 1, 16, device=dev)  # no grad
+    out = kernel.adaln(x, s, torch.randn(16, device=dev), None)
     (dx,) = torch.autograd.grad(out.sum(), [x])
     assert dx.shape == x.shape
-    y = torch.randn(2, 4, 16)
-    g = torch.randn(2, 1, 16, requires_grad=True)
+    y = torch.randn(2, 4, 16, device=dev)
+    g = torch.randn(2, 1, 16, requires_grad=True, device=dev)
     out = kernel.gated_residual(x, y, g)
     dg, = torch.autograd.grad(out.sum(), [g])
-    torch.testing.assert_close(dg, y.sum(1, keepdim=True))
+    torch.testing.assert_close(dg, y.sum(1, keepdim=True), rtol=1e-5, atol=1e-5)
 
 
 # ---- torch.compile ---------------------------------------------------------------------

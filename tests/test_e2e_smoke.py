@@ -23,7 +23,7 @@ def _load(name):
 def test_ltx_video_tiny_cpu(tmp_path):
     pytest.importorskip("diffusers", reason="benchmarks/ltx_video.py needs diffusers")
     bench = _load("ltx_video")
-    data = bench.main(["--tiny", "--device", "cpu", "--configs", "baseline,kernels", "--steps", "2",
+    data = bench.main(["--tiny", "--device", "cuda" if HAS_GPU else "cpu", "--configs", "baseline,kernels", "--steps", "2",
                        "--warmup-iterations", "1", "--warmup-steps", "2", "--quiet", "--no-results",
                        "--out", str(tmp_path)])
     res = data["results"]
@@ -53,7 +53,7 @@ def test_llama_tiny_cpu(tmp_path):
 def test_finetune_tiny_cpu(tmp_path):
     pytest.importorskip("diffusers", reason="benchmarks/finetune.py needs diffusers")
     bench = _load("finetune")
-    data = bench.main(["--tiny", "--device", "cpu", "--configs", "baseline,kernels", "--steps", "6",
+    data = bench.main(["--tiny", "--device", "cuda" if HAS_GPU else "cpu", "--configs", "baseline,kernels", "--steps", "6",
                        "--warmup", "1", "--no-results", "--out", str(tmp_path)])
     res = data["results"]
     assert list(res) == ["baseline", "kernels"]

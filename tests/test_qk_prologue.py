@@ -48,8 +48,10 @@ def eager(q, k, nq, nk, cos, sin):
 
 def assert_matches_eager(out, ref, what):
     """Equal up to the fp32 reduction order of the norm: a flipped rounding of the
-    normalised value (1 ulp of it) moves an output by at most one ulp of the pair's
-    magnitude (the rotation preserves |pair|), and in at most 2% of elements."""
+    normalised value (1 ulp of it) moves an output by at most two ulp of the pair's
+    magnitude (the rotation preserves |pair|; with a half weight the flip can carry
+    through the second rounding after the weight multiply: 1.28 ulp seen on the H200,
+    2026-12-03, at D=2048 with a random seed), and in at most 2% of elements."""
     assert out.dtype == ref.dtype and out.shape == ref.shape, what
     o, r = out.double().cpu(), ref.double().cpu()
     pair = r.unflatten(-1, (-1, 2)).norm(dim=-1, keepdim=True).expand(*r.shape[:-1], -1, 2).flatten(-2)
@@ -63,7 +65,7 @@ def assert_matches_eager(out, ref, what):
     else:
         differ = float((out.cpu() != ref.cpu()).float().mean())
         assert differ <= 0.02, f"{what}: {differ:.2e} of elements differ"
-        bound = 1.01 * eps * pair + torch.finfo(out.dtype).tiny
+        bound = 2.01 * eps * pair + torch.finfo(out.dtype).tiny
     err = (o - r).abs()
     assert bool((err <= bound).all()), f"{what}: worst err/bound {float((err / bound).max()):.3f}"
 

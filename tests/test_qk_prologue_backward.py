@@ -4,7 +4,7 @@ torch.nn.RMSNorm + diffusers' LTX apply_rotary_emb, grad layouts, torch.compile,
 import pytest
 import torch
 
-from .util import DEVICES, DTYPES, kernel
+from .util import DEVICES, DTYPES, kernel, requires_cpu_variant
 
 pytestmark = pytest.mark.kernels_ci
 
@@ -43,6 +43,7 @@ def grads(fn, inputs, gq, gk):
 
 @pytest.mark.parametrize("rope", ["batched", "shared", None])
 @pytest.mark.parametrize("weights", [True, False])
+@requires_cpu_variant
 def test_gradcheck_cpu_float64(rope, weights):
     dbl = torch.double
     q = torch.randn(2, 5, 8, dtype=dbl, requires_grad=True)
@@ -64,6 +65,7 @@ def test_gradcheck_cpu_float64(rope, weights):
     torch.autograd.gradcheck(f, args)
 
 
+@requires_cpu_variant
 def test_gradcheck_cross_attention_and_strided_cpu_float64():
     dbl = torch.double
     qkv = torch.randn(2, 4, 3 * 8, dtype=dbl, requires_grad=True)
@@ -82,6 +84,7 @@ def test_gradcheck_cross_attention_and_strided_cpu_float64():
     )
 
 
+@requires_cpu_variant
 def test_single_output_used_cpu_float64():
     dbl = torch.double
     q = torch.randn(2, 5, 8, dtype=dbl, requires_grad=True)

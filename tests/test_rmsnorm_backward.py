@@ -4,7 +4,7 @@ modules the forward reproduces, grad layouts, torch.compile, bad input."""
 import pytest
 import torch
 
-from .util import DEVICES, DTYPES, kernel
+from .util import DEVICES, DTYPES, kernel, requires_cpu_variant
 
 pytestmark = pytest.mark.kernels_ci
 
@@ -43,6 +43,7 @@ def grads(fn, x, w, g):
 @pytest.mark.parametrize("semantics", SEMANTICS)
 @pytest.mark.parametrize("with_weight", [True, False])
 @pytest.mark.parametrize("shape", [(3, 8), (2, 3, 7)])
+@requires_cpu_variant
 def test_gradcheck_cpu_float64(semantics, with_weight, shape):
     x = torch.randn(*shape, dtype=torch.double, requires_grad=True)
     w = (1 + 0.5 * torch.randn(shape[-1], dtype=torch.double)).requires_grad_(True)
@@ -53,6 +54,7 @@ def test_gradcheck_cpu_float64(semantics, with_weight, shape):
         torch.autograd.gradcheck(lambda x: kernel.rmsnorm(x, None, 1e-5, semantics=semantics), (x,))
 
 
+@requires_cpu_variant
 def test_gradcheck_strided_rows_cpu_float64():
     base = torch.randn(4, 3 * 8, dtype=torch.double, requires_grad=True)
     w = torch.randn(8, dtype=torch.double, requires_grad=True)

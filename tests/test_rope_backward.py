@@ -13,7 +13,7 @@ from .test_rope import (
     neox_apply,
     neox_tables,
 )
-from .util import DEVICES, DTYPES, HAS_GPU, kernel, subnormal_spacing, unit_roundoff
+from .util import DEVICES, DTYPES, HAS_GPU, kernel, subnormal_spacing, unit_roundoff, requires_cpu_variant
 
 pytestmark = pytest.mark.kernels_ci
 
@@ -71,6 +71,7 @@ HALF = [  # (q_shape, k_heads, R, unsqueeze_dim, table batch or None)
 
 @pytest.mark.parametrize("shape,tshape,expand", INTER)
 @pytest.mark.parametrize("tables32", [False, True])
+@requires_cpu_variant
 def test_gradcheck_interleaved(shape, tshape, expand, tables32):
     x, c, s = inter_case(shape, tshape, expand, tdtype=torch.float32 if tables32 else None)
     k = torch.randn(shape, dtype=D64)
@@ -84,6 +85,7 @@ def test_gradcheck_interleaved(shape, tshape, expand, tables32):
 
 @pytest.mark.parametrize("q_shape,kh,r,u,tb", HALF)
 @pytest.mark.parametrize("tables32", [False, True])
+@requires_cpu_variant
 def test_gradcheck_rotate_half(q_shape, kh, r, u, tb, tables32):
     q, k, c, s = half_case(q_shape, kh, r, u, tb, tdtype=torch.float32 if tables32 else None)
     q.requires_grad_(True)
@@ -94,6 +96,7 @@ def test_gradcheck_rotate_half(q_shape, kh, r, u, tb, tables32):
     assert torch.autograd.gradcheck(lambda k: kernel.rope_rotate_half_single(k, c, s, u), (k,))
 
 
+@requires_cpu_variant
 def test_float64_forward_matches_reference():
     x, c, s = inter_case((2, 5, 8), (2, 5, 8))
     # (diffusers computes in fp32 even for float64 input; the float64 expression instead)

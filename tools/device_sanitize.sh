@@ -8,6 +8,9 @@
 #   LTX_SAN_TOOLS (default "memcheck racecheck initcheck"), LTX_SAN_K (pytest -k expression;
 #   racecheck and initcheck add "and bfloat16"),
 #   LTX_SAN_FILES (default: the op-family test files incl. backward)
+#   LTX_SAN_BUDGET (default 560 s for the whole call): after the build, memcheck gets half of
+#   what is left, racecheck and initcheck a quarter each (a tool cut short by its timeout
+#   exits 124 and its log says how far it got; only a tool that finished counts as clean).
 set -uo pipefail
 export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1 HF_HUB_OFFLINE=1
 OUT=${OUT:-/tmp/ltx-out}
@@ -25,14 +28,17 @@ python3 tools/build.py --backend cuda --arch "${LTX_ARCH:-native}" -j 12 > /tmp/
 FILES=${LTX_SAN_FILES:-$(ls tests/test_{rmsnorm,activation,rope,adaln,qk_prologue}*.py)}
 K=${LTX_SAN_K:-"cuda and not gpu_ and not compile and not graph and not opcheck"}
 rc=0
+left=$(( ${LTX_SAN_BUDGET:-560} - SECONDS ))
+echo "build done at ${SECONDS}s; ${left}s left for the tools"
 for tool in ${LTX_SAN_TOOLS:-memcheck racecheck initcheck}; do
+  share=$(( left / 4 )); [ "$tool" = memcheck ] && share=$(( left / 2 ))
   extra=() k=$K
   [ "$tool" = racecheck ] && extra=(--racecheck-report all)
   # racecheck / initcheck are slower: bf16 cases only (the same kernels, one dtype).
   [ "$tool" != memcheck ] && k="$K and bfloat16"
   echo "=== $tool ($(date -u +%T))"
   PYTORCH_NO_CUDA_MEMORY_CACHING=1 LOCAL_KERNELS=org/ltx-kernels=$PWD \
-    "$SAN" --tool "$tool" "${extra[@]}" --target-processes all --error-exitcode 9 \
+    timeout "$share" "$SAN" --tool "$tool" "${extra[@]}" --target-processes all --error-exitcode 9 \
       --print-limit 20 --log-file "$OUT/sanitizer_$tool.log" \
     python3 -m pytest -q -p no:cacheprovider -m kernels_ci -k "$k" $FILES 2>&1 | tail -4
   r=${PIPESTATUS[0]}

@@ -115,9 +115,13 @@ struct RowPlan {
   unsigned grid;
 };
 
-inline RowPlan plan_rows(int64_t rows, int64_t nvec, int max_cache, int device) {
+// min_cache: vectors per thread to start from when the row has at least a warp's worth
+// per vector (adaln asks 2: with one 16-byte vector of x per thread and ~70 registers it
+// keeps only ~12 KB per SM in flight, 2026-12-03 ncu).
+inline RowPlan plan_rows(int64_t rows, int64_t nvec, int max_cache, int device, int min_cache = 1) {
   RowPlan p{};
   p.cache = 1;
+  while (p.cache < std::min(min_cache, max_cache) && nvec >= 64LL * p.cache) p.cache *= 2;
   while (p.cache < max_cache && nvec > static_cast<int64_t>(kMaxRowThreads) * p.cache) p.cache *= 2;
   const int64_t per = std::max<int64_t>(1, ceil_div(nvec, p.cache));
   p.tpr = per <= 32 ? pow2_ceil(per)

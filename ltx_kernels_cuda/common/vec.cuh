@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 namespace ltx::cuda {
 
@@ -45,13 +46,83 @@ __device__ __forceinline__ float bf16_round_trip(float v) {
 // Rounding to a narrower dtype and back, modelling an eager op boundary.
 enum class Round : int { kNone = 0, kHalf = 1, kBFloat16 = 2 };
 
+// The kind fixed at compile time: the fast paths of the row kernels use this, because a
+// run-time kind is a branch per element and rounding point (adaln has four), and those
+// branches split the unrolled element loop into many basic blocks (2026-12-03 PTX:
+// 333 branches in the bf16x8 adaln kernel).
+template <Round R>
+__device__ __forceinline__ float round_to(float v) {
+  if constexpr (R == Round::kHalf) {
+    return __half2float(__float2half_rn(v));
+  } else if constexpr (R == Round::kBFloat16) {
+    return bf16_round_trip(v);
+  } else {
+    return v;
+  }
+}
+
+// The kind read at run time (generic kernels, rare dtype mixes).
 __device__ __forceinline__ float round_through(float v, Round r) {
   switch (r) {
-    case Round::kHalf: return __half2float(__float2half_rn(v));
-    case Round::kBFloat16: return bf16_round_trip(v);
+    case Round::kHalf: return round_to<Round::kHalf>(v);
+    case Round::kBFloat16: return round_to<Round::kBFloat16>(v);
     default: return v;
   }
 }
+
+// Every element of v rounded through R's dtype. On sm_80+ two at a time: one packed
+// cvt.rn.{bf16x2,f16x2}.f32 plus two widening moves per pair. 2026-12-03 (ncu, H200): the
+// integer bf16_round_trip at three rounding points per element made adaln ALU-bound
+// (72 M instructions vs 23 M for inductor's kernel of the same expression). sm_75 has no
+// bf16 conversion instruction (it would be emulated): integer rounding per element there.
+template <Round R, int N>
+__device__ __forceinline__ void round_all(float (&v)[N]) {
+  if constexpr (R == Round::kNone) {
+    return;
+  } else if constexpr (N % 2 == 0) {
+#pragma unroll
+    for (int k = 0; k < N; k += 2) {
+      if constexpr (R == Round::kBFloat16) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+        v[k] = bf16_round_trip(v[k]);
+        v[k + 1] = bf16_round_trip(v[k + 1]);
+#else
+        const float2 f = __bfloat1622float2(__floats2bfloat162_rn(v[k], v[k + 1]));
+        v[k] = f.x;
+        v[k + 1] = f.y;
+#endif
+      } else {
+        const float2 f = __half22float2(__floats2half2_rn(v[k], v[k + 1]));
+        v[k] = f.x;
+        v[k + 1] = f.y;
+      }
+    }
+  } else {
+#pragma unroll
+    for (int k = 0; k < N; ++k) v[k] = round_to<R>(v[k]);
+  }
+}
+
+// The same with the kind read at run time (generic kernels).
+template <int N>
+__device__ __forceinline__ void round_all(float (&v)[N], Round r) {
+#pragma unroll
+  for (int k = 0; k < N; ++k) v[k] = round_through(v[k], r);
+}
+
+// The rounding a storage type implies (fp32: none).
+template <typename T>
+struct RoundOf {
+  static constexpr Round value = Round::kNone;
+};
+template <>
+struct RoundOf<__half> {
+  static constexpr Round value = Round::kHalf;
+};
+template <>
+struct RoundOf<__nv_bfloat16> {
+  static constexpr Round value = Round::kBFloat16;
+};
 
 // ---- vectors --------------------------------------------------------------------
 template <int kBytes>
@@ -84,5 +155,30 @@ struct alignas(sizeof(T) * N) Vec {
     *reinterpret_cast<Raw*>(p) = raw;
   }
 };
+
+// N fp32 values narrowed to T in pairs (one cvt.rn.{bf16x2,f16x2}.f32 per two elements
+// on sm_80+ instead of one per element), same round-to-nearest-even as from_float.
+template <typename T, int N>
+__device__ __forceinline__ Vec<T, N> pack_from_float(const float (&f)[N]) {
+  Vec<T, N> o;
+  if constexpr (N % 2 == 0 && !std::is_same_v<T, float>) {
+#pragma unroll
+    for (int k = 0; k < N; k += 2) {
+      if constexpr (std::is_same_v<T, __half>) {
+        const __half2 h = __floats2half2_rn(f[k], f[k + 1]);
+        o.v[k] = __low2half(h);
+        o.v[k + 1] = __high2half(h);
+      } else {
+        const __nv_bfloat162 h = __floats2bfloat162_rn(f[k], f[k + 1]);
+        o.v[k] = __low2bfloat16(h);
+        o.v[k + 1] = __high2bfloat16(h);
+      }
+    }
+  } else {
+#pragma unroll
+    for (int k = 0; k < N; ++k) o.v[k] = from_float<T>(f[k]);
+  }
+  return o;
+}
 
 }  // namespace ltx::cuda

@@ -1,0 +1,59 @@
+"""Launch each row kernel a few times at the LTX-Video shape, for Nsight Compute.
+
+Not a benchmark (times come from bench_ops.py): this only gives `ncu` (tools/device_profile.sh)
+one launch per kernel and dtype to read counters from, ours next to torch.compile's Triton
+kernel of the same expression, so the profiles can be compared side by side.
+
+    ncu --clock-control none --section SpeedOfLight ... python3 benchmarks/profile_ops.py
+"""
+
+import argparse
+import os
+import sys
+
+import torch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+
+import bench_ops  # noqa: E402  (the reference expressions and the kernel loader)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--ops", default="adaln,gated_residual,rmsnorm")
+    ap.add_argument("--dtypes", default="bfloat16,float16")
+    ap.add_argument("--compile", action="store_true", help="also launch torch.compile's kernels")
+    args = ap.parse_args()
+    k = bench_ops.load_kernel("cuda")
+    dev = "cuda"
+    for dt_name in args.dtypes.split(","):
+        dt = getattr(torch, dt_name)
+        x = torch.randn(2, 8064, 2048, device=dev, dtype=dt)
+        scale = torch.randn(2, 1, 2048, device=dev, dtype=dt) * 0.1
+        shift = torch.randn(2, 1, 2048, device=dev, dtype=dt) * 0.1
+        y = torch.randn_like(x)
+        w = torch.randn(2048, device=dev, dtype=dt)
+        calls = {
+            "adaln": (lambda: k.adaln(x, scale, shift, None, 1e-6, "rms"),
+                      lambda a, b, c: bench_ops.ref_adaln_rms(a, b, c)),
+            "gated_residual": (lambda: k.gated_residual(x, y, scale),
+                               lambda a, b, c: a + b * c),
+            "rmsnorm": (lambda: k.rmsnorm(x, w, 1e-6),
+                        lambda a, b, c: torch.nn.functional.rms_norm(a, (2048,), w, 1e-6)),
+        }
+        for op in args.ops.split(","):
+            ours, ref = calls[op]
+            for _ in range(2):
+                ours()
+            if args.compile:
+                fn = torch.compile(ref, dynamic=False)
+                b = y if op == "gated_residual" else scale
+                for _ in range(2):
+                    fn(x, b, shift if op == "adaln" else scale)
+            torch.cuda.synchronize()
+            print(f"launched {op} {dt_name}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

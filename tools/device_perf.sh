@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# One call on the GPU machine (device tool, carry .whl/) for a kernel-speed iteration on the
+# row kernels: build the CUDA variant for the local GPU (FlashInfer's JIT warms beside it),
+# SASS instruction mix of the kernels named by LTX_SASS_MATCH, bench_ops.py for LTX_PERF_OPS,
+# Nsight Compute counters (tools/device_profile.sh's sections), then the GPU test suite
+# with whatever time is left (LTX_PERF_TESTS: a pytest -k expression, default all).
+# Each stage has its own timeout so the results of the earlier ones always come back.
+#   LTX_PERF_OPS (default adaln,gated_residual,rmsnorm), LTX_PERF_BENCH_S (default 150)
+set -uo pipefail
+export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1 HF_HUB_OFFLINE=1
+export FLASHINFER_USE_CUDA_NORM=1
+OUT=${OUT:-/tmp/ltx-out}
+mkdir -p "$OUT"
+cd "$(dirname "$0")/.."
+LIMIT=${LTX_PERF_LIMIT:-570}   # the whole script's target in seconds
+OPS=${LTX_PERF_OPS:-adaln,gated_residual,rmsnorm}
+if ls .whl/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/site .whl/*.whl || exit 1
+  export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+fi
+{
+  date -u
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+  python3 -c "import torch, sys; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'python', sys.version.split()[0])"
+  nvcc --version | tail -1
+} | tee "$OUT/env.txt"
+export LTX_ARCH=${LTX_ARCH:-native}
+python3 benchmarks/bench_ops.py --warm-peers > "$OUT/warm_peers.log" 2>&1 &
+python3 tools/build.py --backend cuda --arch "$LTX_ARCH" -j 14 > "$OUT/build_cuda.log" 2>&1 \
+  || { tail -40 "$OUT/build_cuda.log"; exit 1; }
+wait
+echo "build done at ${SECONDS}s"
+grep -E "registers|spill" "$OUT/build_cuda.log" | head -5
+
+SO=$(ls build/*-cu1*/_ltx_kernels_*.so | head -1)
+timeout 60 python3 tools/sass_mix.py "$SO" --match "${LTX_SASS_MATCH:-adaln_kernel|gated_residual_kernel|rms_norm_kernel}" \
+  --dump "$OUT/sass.txt" > "$OUT/sass_mix.txt" 2>&1
+echo "sass mix: $(grep -c '^==' "$OUT/sass_mix.txt") kernels at ${SECONDS}s"
+grep -A2 -E "== .*(adaln_kernel<.*bfloat16, 8>.*1, false, false|adaln_kernel<.*__half, 8>.*1, false, false)" "$OUT/sass_mix.txt" | head -12
+
+timeout "${LTX_PERF_BENCH_S:-150}" python3 benchmarks/bench_ops.py --out "$OUT" --ops "$OPS" --quick \
+  --dtype bf16,fp16 --budget-s $(( ${LTX_PERF_BENCH_S:-150} - 40 )) > "$OUT/bench.log" 2>&1
+echo "bench rc=$? at ${SECONDS}s"
+sed -n '/### Summary/,/### All/p' "$OUT/results.md" 2>/dev/null | head -60
+
+NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
+if [ -n "$NCU" ]; then
+  LOCAL_KERNELS=org/ltx-kernels=$PWD timeout 100 "$NCU" --clock-control none \
+    --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
+    --section SchedulerStats --section ComputeWorkloadAnalysis --section InstructionStats \
+    --kernel-name-base demangled --kernel-name 'regex:adaln|gated|rms|triton' --launch-count 12 \
+    python3 benchmarks/profile_ops.py --compile --dtypes bfloat16 --ops "$OPS" > "$OUT/ncu_bfloat16.txt" 2>&1
+  echo "ncu rc=$? at ${SECONDS}s"
+  grep -E '^  [a-zA-Z_]|Duration|DRAM Throughput|Compute \(SM\) Throughput|Achieved Occupancy|Registers Per|Executed Ipc A|Issue Slots Busy|No Eligible|Warp Cycles Per Issued' \
+    "$OUT/ncu_bfloat16.txt" | head -80
+else
+  echo "ncu not found"
+fi
+
+left=$(( LIMIT - SECONDS ))
+if [ "$left" -gt 40 ]; then
+  timeout "$left" bash tools/dev.sh test -q -rfE --maxfail=30 ${LTX_PERF_TESTS:+-k "$LTX_PERF_TESTS"} \
+    > "$OUT/pytest.log" 2>&1
+  echo "pytest rc=$? at ${SECONDS}s"
+  tail -30 "$OUT/pytest.log"
+fi

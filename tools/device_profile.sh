@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# One call on the GPU machine (device tool, carry .whl/): build the CUDA variant for the local
+# GPU and profile the row kernels (ours and torch.compile's Triton kernels of the same
+# expression) with Nsight Compute at the LTX-Video shape. Counters, not times: the times
+# are bench_ops.py's. $OUT/ncu_<dtype>.txt: one report per kernel launch profiled.
+#   LTX_PROF_OPS (default adaln,gated_residual,rmsnorm), LTX_PROF_DTYPES (bfloat16,float16)
+set -uo pipefail
+export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1 HF_HUB_OFFLINE=1
+OUT=${OUT:-/tmp/ltx-out}
+mkdir -p "$OUT"
+cd "$(dirname "$0")/.."
+if ls .whl/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/site .whl/*.whl || exit 1
+  export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+fi
+if [ ! -d build ] || [ -z "$(ls build 2>/dev/null)" ] || [ "${LTX_REBUILD:-0}" = 1 ]; then
+  python3 tools/build.py --backend cuda --arch "${LTX_ARCH:-native}" -j 12 > "$OUT/build_cuda.log" 2>&1 \
+    || { tail -40 "$OUT/build_cuda.log"; exit 1; }
+fi
+NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+[ -n "$NCU" ] || { echo "ncu not found"; exit 1; }
+SECTIONS=(--section SpeedOfLight --section Occupancy --section LaunchStats
+          --section WarpStateStats --section SchedulerStats --section MemoryWorkloadAnalysis
+          --section ComputeWorkloadAnalysis --section InstructionStats)
+for dt in $(echo "${LTX_PROF_DTYPES:-bfloat16,float16}" | tr , ' '); do
+  # launch-skip 1 / count: the second launch of each kernel (the first pays module load).
+  LOCAL_KERNELS=org/ltx-kernels=$PWD timeout 240 "$NCU" --clock-control none "${SECTIONS[@]}" \
+    --kernel-name-base demangled --kernel-name 'regex:adaln|gated|rms|triton' \
+    --launch-skip 0 --launch-count 16 \
+    python3 benchmarks/profile_ops.py --compile --dtypes "$dt" \
+      --ops "${LTX_PROF_OPS:-adaln,gated_residual,rmsnorm}" > "$OUT/ncu_$dt.txt" 2>&1
+  echo "$dt: ncu exit $?; $(grep -c 'Duration' "$OUT/ncu_$dt.txt") reports"
+  grep -E '^  [a-z_]|Duration|DRAM Throughput|Memory Throughput|Achieved Occupancy|Registers Per|Executed Ipc A|Issue Slots Busy|Warp Cycles Per Issued|Block Size|Grid Size' \
+    "$OUT/ncu_$dt.txt" | head -150
+done

@@ -1,0 +1,70 @@
+"""Instruction mix of the compiled kernels in a built variant (needs cuobjdump).
+
+    python tools/sass_mix.py build/<variant>/ltx_kernels/_ltx_kernels_*.so --match adaln_kernel
+
+For each kernel whose demangled name matches --match (a regex): the SASS instruction count,
+the opcodes by frequency (predication stripped, modifiers kept up to --depth dots), and the
+register / shared / local (spill) usage from `cuobjdump -res-usage`. --dump FILE writes the
+matching kernels' full SASS. Used for the speed issue's notes (benchmarks/NOTES.md).
+"""
+
+import argparse
+import collections
+import re
+import shutil
+import subprocess
+import sys
+
+
+def run(args):
+    return subprocess.run(args, capture_output=True, text=True, check=True).stdout
+
+
+def demangle(names):
+    tool = shutil.which("cu++filt") or shutil.which("c++filt")
+    if not tool or not names:
+        return {n: n for n in names}
+    out = subprocess.run([tool], input="\n".join(names), capture_output=True, text=True).stdout
+    return dict(zip(names, out.splitlines()))
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser()
+    ap.add_argument("so")
+    ap.add_argument("--match", default=".")
+    ap.add_argument("--depth", type=int, default=2, help="opcode modifiers kept (F2FP.BF16 = 1)")
+    ap.add_argument("--top", type=int, default=24)
+    ap.add_argument("--dump", help="write the matching kernels' SASS here")
+    args = ap.parse_args(argv)
+    cuobjdump = shutil.which("cuobjdump")
+    if not cuobjdump:
+        print("cuobjdump not found", file=sys.stderr)
+        return 1
+    sass = run([cuobjdump, "-sass", args.so])
+    res = run([cuobjdump, "-res-usage", args.so])
+    usage = {}
+    for m in re.finditer(r"Function (\S+):\s*\n\s*(REG:\d+ STACK:\d+ SHARED:\d+ LOCAL:\d+[^\n]*)", res):
+        usage[m.group(1)] = m.group(2)
+    blocks = re.split(r"\n\s*Function : (\S+)\n", sass)
+    funcs = {blocks[i]: blocks[i + 1] for i in range(1, len(blocks) - 1, 2)}
+    names = demangle(list(funcs))
+    pat = re.compile(args.match)
+    dump = open(args.dump, "w") if args.dump else None
+    for mangled, body in funcs.items():
+        name = names.get(mangled, mangled)
+        if not pat.search(name):
+            continue
+        ops = re.findall(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)", body)
+        cut = [".".join(o.split(".")[: args.depth + 1]) for o in ops]
+        mix = collections.Counter(cut).most_common(args.top)
+        print(f"== {name}\n   {usage.get(mangled, '')}  instructions: {len(ops)}")
+        print("   " + ", ".join(f"{op} {n}" for op, n in mix))
+        if dump:
+            dump.write(f"== {name}\n{body}\n")
+    if dump:
+        dump.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
