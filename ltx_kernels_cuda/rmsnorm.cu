@@ -58,7 +58,9 @@ __device__ __forceinline__ void normalize_store(const VX v, const Tw* w, To* oro
 // elements) re-read their tail, mostly from L2.
 constexpr int kMaxBlock = 512;
 
-template <typename Tx, typename Tw, typename To, int N, Round kMid>
+// kMid: a Round as int (g++ 12 cannot parse the launch stub nvcc writes for an enum-class
+// template argument of a kernel taken by address: "insufficient contextual information").
+template <typename Tx, typename Tw, typename To, int N, int kMid>
 __global__ void rms_norm_kernel(RmsNormParams p) {
   __shared__ float scratch[kMaxWarpsPerBlock];
   using VX = Vec<Tx, N>;
@@ -112,10 +114,10 @@ __global__ void rms_norm_kernel(RmsNormParams p) {
 #pragma unroll
     for (int i = 0; i < kCached; ++i) {
       const int j = lane + i * p.tpr;
-      if (active && j < nvec) normalize_store<Tw, To, N, kMid>(cache[i], w, orow, j, inv);
+      if (active && j < nvec) normalize_store<Tw, To, N, static_cast<Round>(kMid)>(cache[i], w, orow, j, inv);
     }
     for (int j = lane + kCached * p.tpr; active && j < nvec; j += p.tpr) {
-      normalize_store<Tw, To, N, kMid>(VX::load(xr + j * N), w, orow, j, inv);
+      normalize_store<Tw, To, N, static_cast<Round>(kMid)>(VX::load(xr + j * N), w, orow, j, inv);
     }
   }
 }
@@ -125,6 +127,33 @@ template <typename Tx, typename Tw, typename To>
 constexpr bool kValidTriple =
     std::is_same_v<To, Tx> || std::is_same_v<To, Tw> || std::is_same_v<To, float>;
 
+
+// The front end rounds the normalised value to x's dtype, the weight's, or not at all
+// (rms_norm.cpp): one instantiation per distinct kind. (A function, not inline in the
+// launcher's nested generic lambdas: g++ 12 mis-resolves the enclosing lambdas' type
+// aliases there.)
+template <typename Tx, typename Tw, typename To, int N, typename Launch>
+void launch_with_mid(Launch& launch, Round mid) {
+  constexpr int rx = static_cast<int>(RoundOf<Tx>::value);
+  constexpr int rw = static_cast<int>(RoundOf<Tw>::value);
+  // Which (out dtype, kind) pairs the front end makes: none with out = x (no weight, torch
+  // semantics) or an fp32 weight and out (diffusers); x's kind with out = promote(x, w)
+  // (llama); the weight's kind with out = w (diffusers, half weight). Only those are built.
+  constexpr bool kNoneOk = std::is_same_v<To, Tx> || (std::is_same_v<Tw, float> && std::is_same_v<To, float>);
+  constexpr bool kXOk = std::is_same_v<To, std::conditional_t<std::is_same_v<Tx, Tw>, Tx, float>>;
+  constexpr bool kWOk = std::is_same_v<To, Tw>;
+  const int m = static_cast<int>(mid);
+  if constexpr (kNoneOk) {
+    if (m == 0) return launch(rms_norm_kernel<Tx, Tw, To, N, 0>);
+  }
+  if constexpr (kXOk) {
+    if (m == rx) return launch(rms_norm_kernel<Tx, Tw, To, N, rx>);
+  }
+  if constexpr (kWOk) {
+    if (m == rw) return launch(rms_norm_kernel<Tx, Tw, To, N, rw>);
+  }
+  TORCH_CHECK(false, "ltx_kernels.rms_norm: internal error: rounding kind ", m, " for this dtype combination");
+}
 
 }  // namespace
 }  // namespace ltx::cuda
@@ -190,18 +219,7 @@ void rms_norm_launch(const at::Tensor& out2d, const at::Tensor& x2d,
             constexpr int N = decltype(n)::value;
             constexpr size_t widest = std::max({sizeof(Tx), sizeof(Tw), sizeof(To)});
             if constexpr (N * widest <= 16) {
-              // The front end rounds the normalised value to x's dtype, the weight's, or not
-              // at all (rms_norm.cpp); one instantiation per distinct kind.
-              constexpr Round rx = RoundOf<Tx>::value, rw = RoundOf<Tw>::value;
-              if (mid == Round::kNone) {
-                launch(rms_norm_kernel<Tx, Tw, To, N, Round::kNone>);
-              } else if (mid == rx) {
-                launch(rms_norm_kernel<Tx, Tw, To, N, rx>);
-              } else if (mid == rw) {
-                launch(rms_norm_kernel<Tx, Tw, To, N, rw>);
-              } else {
-                TORCH_CHECK(false, "ltx_kernels.rms_norm: internal error: rounding kind");
-              }
+              launch_with_mid<Tx, Tw, To, N>(launch, mid);
             } else {
               TORCH_CHECK(false, "ltx_kernels.rms_norm: internal error: vector width ", N);
             }

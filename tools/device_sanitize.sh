@@ -5,12 +5,15 @@
 # allocation instead of inside a cached pool block; torch.compile / CUDA-graph / >2^31 and
 # model-level tests are deselected (inductor's Triton kernels and multi-GB tensors are not
 # what is checked here, and they take minutes under the tool).
-#   LTX_SAN_TOOLS (default "memcheck racecheck initcheck"), LTX_SAN_K (pytest -k expression;
-#   racecheck and initcheck add "and bfloat16"),
-#   LTX_SAN_FILES (default: the op-family test files incl. backward)
-#   LTX_SAN_BUDGET (default 560 s for the whole call): after the build, memcheck gets half of
-#   what is left, racecheck and initcheck a quarter each (a tool cut short by its timeout
-#   exits 124 and its log says how far it got; only a tool that finished counts as clean).
+# The three tools run side by side (one process each: the tools are CPU-bound, the GPU has
+# room), each with a timeout; a tool cut short exits 124 and only a tool that finished with
+# "ERROR SUMMARY: 0 errors" counts as clean.
+#   LTX_SAN_TOOLS (default "memcheck racecheck initcheck")
+#   LTX_SAN_K (pytest -k; default: the layout / size / misalignment / broadcast / empty /
+#     gradient cases of every family, ~400 tests: where out-of-bounds and uninitialised reads
+#     would come from); LTX_SAN_FILES (default: the op-family test files incl. backward)
+#   LTX_SAN_BUDGET (default 560 s for the whole call)
+#   LTX_SAN_BENCH_OPS: if set, bench_ops.py --quick for these ops first (same build)
 set -uo pipefail
 export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1 HF_HUB_OFFLINE=1
 OUT=${OUT:-/tmp/ltx-out}
@@ -26,23 +29,34 @@ SAN=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer
 python3 tools/build.py --backend cuda --arch "${LTX_ARCH:-native}" -j 12 > /tmp/build_cuda.log 2>&1 \
   || { tail -40 /tmp/build_cuda.log; exit 1; }
 FILES=${LTX_SAN_FILES:-$(ls tests/test_{rmsnorm,activation,rope,adaln,qk_prologue}*.py)}
-K=${LTX_SAN_K:-"cuda and not gpu_ and not compile and not graph and not opcheck"}
-rc=0
-left=$(( ${LTX_SAN_BUDGET:-560} - SECONDS ))
-echo "build done at ${SECONDS}s; ${left}s left for the tools"
+EDGES="misaligned or odd or shapes or hidden_sizes or broadcast or empty or layout or strided or noncontig or grads_match or grad_vs or out_variant or tail or widths"
+K=${LTX_SAN_K:-"cuda and not gpu_ and not compile and not graph and not opcheck and ($EDGES)"}
+echo "build done at ${SECONDS}s"
+if [ -n "${LTX_SAN_BENCH_OPS:-}" ]; then
+  FLASHINFER_USE_CUDA_NORM=1 timeout 120 python3 benchmarks/bench_ops.py --out "$OUT" --ops "$LTX_SAN_BENCH_OPS" \
+    --quick --dtype bf16,fp16 --no-peers --no-results --budget-s 80 > "$OUT/bench.log" 2>&1
+  echo "bench rc=$? at ${SECONDS}s"
+  sed -n '/### Summary/,/### All/p' "$OUT/results.md" 2>/dev/null | head -20
+fi
+left=$(( ${LTX_SAN_BUDGET:-560} - SECONDS - 10 ))
+echo "${left}s left for the tools"
+pids=()
 for tool in ${LTX_SAN_TOOLS:-memcheck racecheck initcheck}; do
-  share=$(( left / 4 )); [ "$tool" = memcheck ] && share=$(( left / 2 ))
-  extra=() k=$K
+  extra=()
   [ "$tool" = racecheck ] && extra=(--racecheck-report all)
-  # racecheck / initcheck are slower: bf16 cases only (the same kernels, one dtype).
-  [ "$tool" != memcheck ] && k="$K and bfloat16"
-  echo "=== $tool ($(date -u +%T))"
   PYTORCH_NO_CUDA_MEMORY_CACHING=1 LOCAL_KERNELS=org/ltx-kernels=$PWD \
-    timeout "$share" "$SAN" --tool "$tool" "${extra[@]}" --target-processes all --error-exitcode 9 \
+    timeout "$left" "$SAN" --tool "$tool" "${extra[@]}" --target-processes all --error-exitcode 9 \
       --print-limit 20 --log-file "$OUT/sanitizer_$tool.log" \
-    python3 -m pytest -q -p no:cacheprovider -m kernels_ci -k "$k" $FILES 2>&1 | tail -4
-  r=${PIPESTATUS[0]}
-  echo "$tool: exit $r; $(grep -c 'ERROR SUMMARY: 0 errors' "$OUT/sanitizer_$tool.log" 2>/dev/null) clean summaries," \
+    python3 -m pytest -q -p no:cacheprovider -m kernels_ci -k "$K" $FILES > "$OUT/pytest_$tool.log" 2>&1 &
+  pids+=("$tool:$!")
+done
+rc=0
+for tp in "${pids[@]}"; do
+  tool=${tp%%:*}
+  wait "${tp##*:}"
+  r=$?
+  echo "=== $tool: exit $r at ${SECONDS}s; pytest: $(tail -1 "$OUT/pytest_$tool.log")"
+  echo "    $(grep -c 'ERROR SUMMARY: 0 errors' "$OUT/sanitizer_$tool.log" 2>/dev/null) clean summaries;" \
        "$(grep -E 'ERROR SUMMARY: [1-9]' "$OUT/sanitizer_$tool.log" 2>/dev/null | head -3)"
   [ "$r" -eq 0 ] || rc=$r
 done
