@@ -14,25 +14,11 @@
 # dated section), results.json, bench_ops.png, RESULTS.md (benchmarks/RESULTS.md with the
 # section prepended: copy it into the repo), kernels_benchmark.log when time was left.
 set -uo pipefail
-export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1 HF_HUB_OFFLINE=1
+source "$(dirname "$0")/device_common.sh"
 export FLASHINFER_USE_CUDA_NORM=1   # FlashInfer's CUDA JIT norm (no cutlass-dsl carried)
-OUT=${OUT:-/tmp/ltx-out}
-mkdir -p "$OUT"
-cd "$(dirname "$0")/.."
 BUDGET=${LTX_BENCH_BUDGET:-560}
-
-if ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/site .whl/*.whl || exit 1
-  export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
-else
-  echo "warning: no .whl/ carried: kernels (needed), Liger and FlashInfer (peers) will be missing" >&2
-fi
 {
-  date -u
-  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv,noheader
-  python3 -c "import torch, sys; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'python', sys.version.split()[0])"
-  nvcc --version | tail -1
+  device_env
   python3 -m pip list 2>/dev/null | grep -iE '^(kernels|liger|flashinfer|apache-tvm|triton|diffusers|transformers|matplotlib) '
 } | tee "$OUT/env.txt"
 

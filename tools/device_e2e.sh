@@ -6,20 +6,10 @@
 #   the suite runs first with them; dev.sh always passes tests/, so "-k qk" selects, a file
 #   name adds nothing)
 set -uo pipefail
-export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1 HF_HUB_OFFLINE=1
-OUT=${OUT:-/tmp/ltx-out}
-mkdir -p "$OUT"
-cd "$(dirname "$0")/.."
-if ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/site .whl/*.whl || exit 1
-  export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
-fi
+source "$(dirname "$0")/device_common.sh"
 export LTX_ARCH=${LTX_ARCH:-native}
 {
-  date -u
-  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
-  python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)"
+  device_env
   # The CPU variant too: tests/test_e2e_smoke.py loads it on CPU.
   python3 tools/build.py --backend cpu -j 4 > /tmp/build_cpu.log 2>&1 &
   python3 tools/build.py --backend cuda --arch "$LTX_ARCH" -j 12 > /tmp/build_cuda.log 2>&1 \

@@ -7,23 +7,12 @@
 # Each stage has its own timeout so the results of the earlier ones always come back.
 #   LTX_PERF_OPS (default adaln,gated_residual,rmsnorm), LTX_PERF_BENCH_S (default 150)
 set -uo pipefail
-export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1 HF_HUB_OFFLINE=1
+source "$(dirname "$0")/device_common.sh"
 export FLASHINFER_USE_CUDA_NORM=1
-OUT=${OUT:-/tmp/ltx-out}
-mkdir -p "$OUT"
-cd "$(dirname "$0")/.."
 LIMIT=${LTX_PERF_LIMIT:-570}   # the whole script's target in seconds
 OPS=${LTX_PERF_OPS:-adaln,gated_residual,rmsnorm}
-if ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/site .whl/*.whl || exit 1
-  export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
-fi
 {
-  date -u
-  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
-  python3 -c "import torch, sys; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'python', sys.version.split()[0])"
-  nvcc --version | tail -1
+  device_env
 } | tee "$OUT/env.txt"
 export LTX_ARCH=${LTX_ARCH:-native}
 python3 benchmarks/bench_ops.py --warm-peers > "$OUT/warm_peers.log" 2>&1 &

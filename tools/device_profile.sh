@@ -5,15 +5,7 @@
 # are bench_ops.py's. $OUT/ncu_<dtype>.txt: one report per kernel launch profiled.
 #   LTX_PROF_OPS (default adaln,gated_residual,rmsnorm), LTX_PROF_DTYPES (bfloat16,float16)
 set -uo pipefail
-export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1 HF_HUB_OFFLINE=1
-OUT=${OUT:-/tmp/ltx-out}
-mkdir -p "$OUT"
-cd "$(dirname "$0")/.."
-if ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/site .whl/*.whl || exit 1
-  export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
-fi
+source "$(dirname "$0")/device_common.sh"
 if [ ! -d build ] || [ -z "$(ls build 2>/dev/null)" ] || [ "${LTX_REBUILD:-0}" = 1 ]; then
   python3 tools/build.py --backend cuda --arch "${LTX_ARCH:-native}" -j 12 > "$OUT/build_cuda.log" 2>&1 \
     || { tail -40 "$OUT/build_cuda.log"; exit 1; }

@@ -4,21 +4,9 @@
 # example; logs go to $OUT. Usage: bash tools/device_run.sh [extra pytest args]
 # Carry .whl/ (kernels, tomlkit, diffusers wheels): the machine has no network.
 set -uo pipefail
-export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
-OUT=${OUT:-/tmp/ltx-out}
-mkdir -p "$OUT"
-cd "$(dirname "$0")/.."
-
-if ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/site .whl/*.whl || exit 1
-  export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
-fi
+source "$(dirname "$0")/device_common.sh"
 {
-  date -u
-  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
-  python3 -c "import torch, sys; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'python', sys.version.split()[0])"
-  nvcc --version | tail -1
+  device_env
 } | tee "$OUT/env.txt"
 
 export LTX_ARCH=${LTX_ARCH:-native}  # dev.sh and example.py build with it

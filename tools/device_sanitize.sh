@@ -15,15 +15,7 @@
 #   LTX_SAN_BUDGET (default 560 s for the whole call)
 #   LTX_SAN_BENCH_OPS: if set, bench_ops.py --quick for these ops first (same build)
 set -uo pipefail
-export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1 HF_HUB_OFFLINE=1
-OUT=${OUT:-/tmp/ltx-out}
-mkdir -p "$OUT"
-cd "$(dirname "$0")/.."
-if ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/site .whl/*.whl || exit 1
-  export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
-fi
+source "$(dirname "$0")/device_common.sh"
 SAN=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
 [ -x "$SAN" ] || { echo "compute-sanitizer not found"; exit 1; }
 python3 tools/build.py --backend cuda --arch "${LTX_ARCH:-native}" -j 12 > /tmp/build_cuda.log 2>&1 \

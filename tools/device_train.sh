@@ -5,19 +5,10 @@
 #   LTX_TRAIN_TESTS: pytest -k expression (default: backward or training)
 #   LTX_FT_STEPS: fine-tuning steps (default 200)
 set -uo pipefail
-export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1 HF_HUB_OFFLINE=1
-OUT=${OUT:-/tmp/ltx-out}
-mkdir -p "$OUT"
-cd "$(dirname "$0")/.."
-if ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/site .whl/*.whl || exit 1
-  export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
-fi
+source "$(dirname "$0")/device_common.sh"
 export LTX_ARCH=${LTX_ARCH:-native}
 {
-  date -u
-  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+  device_env
   python3 tools/build.py --backend cpu -j 4 > /tmp/build_cpu.log 2>&1 &
   python3 tools/build.py --backend cuda --arch "$LTX_ARCH" -j 12 > /tmp/build_cuda.log 2>&1 \
     || { tail -40 /tmp/build_cuda.log; exit 1; }
