@@ -48,8 +48,12 @@ for tp in "${pids[@]}"; do
   wait "${tp##*:}"
   r=$?
   echo "=== $tool: exit $r at ${SECONDS}s; pytest: $(tail -1 "$OUT/pytest_$tool.log")"
-  echo "    $(grep -c 'ERROR SUMMARY: 0 errors' "$OUT/sanitizer_$tool.log" 2>/dev/null) clean summaries;" \
-       "$(grep -E 'ERROR SUMMARY: [1-9]' "$OUT/sanitizer_$tool.log" 2>/dev/null | head -3)"
+  # memcheck/initcheck end with "ERROR SUMMARY: 0 errors", racecheck with "RACECHECK SUMMARY:
+  # 0 hazards displayed (0 errors, 0 warnings)"; the summaries are echoed here because the
+  # device tool may not bring the logs back.
+  echo "    $(grep -cE 'ERROR SUMMARY: 0 errors|SUMMARY: 0 hazards' "$OUT/sanitizer_$tool.log" 2>/dev/null) clean summaries;" \
+       "$(grep -E 'SUMMARY: [1-9]|hazards displayed \([1-9]|[1-9][0-9]* warnings\)' "$OUT/sanitizer_$tool.log" 2>/dev/null | head -3)"
+  grep -E 'SUMMARY' "$OUT/sanitizer_$tool.log" 2>/dev/null | sort | uniq -c | head -5
   [ "$r" -eq 0 ] || rc=$r
 done
 exit $rc
