@@ -186,7 +186,7 @@ class Env:
         self.kernel = kernel
         self.with_compile = with_compile
         self.liger = self.flashinfer = None
-        self.liger_note = self.flashinfer_note = "not tried (--smoke / cpu)"
+        self.liger_note = self.flashinfer_note = "not tried (--no-peers, --smoke or cpu)"
         if with_peers:
             self._import_peers()
 
