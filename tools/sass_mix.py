@@ -28,6 +28,18 @@ def demangle(names):
     return dict(zip(names, out.splitlines()))
 
 
+def split_functions(sass: str) -> dict[str, str]:
+    """`cuobjdump -sass` text → {mangled function name: its SASS body}."""
+    blocks = re.split(r"\n\s*Function : (\S+)\n", sass)
+    return {blocks[i]: blocks[i + 1] for i in range(1, len(blocks) - 1, 2)}
+
+
+def opcodes(body: str, depth: int) -> list[str]:
+    """The opcodes of one function's SASS, predication stripped, `depth` modifiers kept."""
+    ops = re.findall(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)", body)
+    return [".".join(o.split(".")[: depth + 1]) for o in ops]
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser()
     ap.add_argument("so")
@@ -45,8 +57,7 @@ def main(argv=None):
     usage = {}
     for m in re.finditer(r"Function (\S+):\s*\n\s*(REG:\d+ STACK:\d+ SHARED:\d+ LOCAL:\d+[^\n]*)", res):
         usage[m.group(1)] = m.group(2)
-    blocks = re.split(r"\n\s*Function : (\S+)\n", sass)
-    funcs = {blocks[i]: blocks[i + 1] for i in range(1, len(blocks) - 1, 2)}
+    funcs = split_functions(sass)
     names = demangle(list(funcs))
     pat = re.compile(args.match)
     dump = open(args.dump, "w") if args.dump else None
@@ -54,10 +65,9 @@ def main(argv=None):
         name = names.get(mangled, mangled)
         if not pat.search(name):
             continue
-        ops = re.findall(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)", body)
-        cut = [".".join(o.split(".")[: args.depth + 1]) for o in ops]
+        cut = opcodes(body, args.depth)
         mix = collections.Counter(cut).most_common(args.top)
-        print(f"== {name}\n   {usage.get(mangled, '')}  instructions: {len(ops)}")
+        print(f"== {name}\n   {usage.get(mangled, '')}  instructions: {len(cut)}")
         print("   " + ", ".join(f"{op} {n}" for op, n in mix))
         if dump:
             dump.write(f"== {name}\n{body}\n")
