@@ -44,7 +44,6 @@ int dtype_code(at::ScalarType t) {
 template <typename T, int N>
 struct TypedIo {
   static constexpr int kN = N;
-  using Type = T;
   using Raw = Vec<T, N>;
   __device__ __forceinline__ static Raw load(const void* base, int64_t off, int /*dtype*/) {
     return Raw::load(static_cast<const T*>(base) + off);
@@ -399,11 +398,11 @@ void adaln_launch(const at::Tensor& out2d, const at::Tensor& x2d, const at::Tens
     using Tm = typename decltype(mtag)::type;
     using To = typename decltype(otag)::type;
     constexpr Round rx = RoundOf<Tx>::value, rm = RoundOf<Tm>::value;
+    // Which form this call needs: weighted_rms for RMSNorm with a weight, else plain.
+    const bool weighted_rms = p.w != nullptr && !p.layer;
     const bool tail = p.scale1 == rm && p.prod == rm && p.norm == rx;
-    const bool plain = tail && p.mid == Round::kNone;
-    const bool weighted_rms = tail && p.mid == rx && !p.layer && p.w != nullptr;
+    if (!tail || p.mid != (weighted_rms ? rx : Round::kNone)) return;
     constexpr int ix = static_cast<int>(rx), im = static_cast<int>(rm);
-    if (!plain && !weighted_rms) return;
     dispatch_vec(vec, [&](auto n) {
       constexpr int N = decltype(n)::value;
       constexpr size_t widest = std::max({sizeof(Tx), sizeof(Tm), sizeof(To)});
@@ -431,9 +430,7 @@ void adaln_launch(const at::Tensor& out2d, const at::Tensor& x2d, const at::Tens
           }
         } else if (p.layer) {
           go(std::true_type{}, std::true_type{}, Plain{});
-        } else if (plain) {  // fp32 x: rx is none, both forms agree
-          go(std::true_type{}, std::false_type{}, Plain{});
-        } else {
+        } else {  // weighted_rms
           go(std::true_type{}, std::false_type{}, WeightedRms{});
         }
         C10_CUDA_KERNEL_LAUNCH_CHECK();
