@@ -6,7 +6,9 @@ export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1 HF_HUB_OFFLINE=${HF_HUB_OFFL
 OUT=${OUT:-/tmp/ltx-out}
 mkdir -p "$OUT"
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-if ls .whl/*.whl >/dev/null 2>&1; then
+if [[ ":${PYTHONPATH:-}:" == *":/tmp/site:"* ]]; then
+  :  # a device script sourcing this already installed them (device_perf.sh -> device_profile.sh)
+elif ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
     --target /tmp/site .whl/*.whl || exit 1
   export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}

@@ -2,7 +2,7 @@
 # One call on the GPU machine (device tool, carry .whl/) for a kernel-speed iteration on the
 # row kernels: build the CUDA variant for the local GPU (FlashInfer's JIT warms beside it),
 # SASS instruction mix of the kernels named by LTX_SASS_MATCH, bench_ops.py for LTX_PERF_OPS,
-# Nsight Compute counters (tools/device_profile.sh's sections), then the GPU test suite
+# Nsight Compute counters (tools/device_profile.sh, bf16), then the GPU test suite
 # with whatever time is left (LTX_PERF_TESTS: a pytest -k expression, default all).
 # Each stage has its own timeout so the results of the earlier ones always come back.
 #   LTX_PERF_OPS (default adaln,gated_residual,rmsnorm), LTX_PERF_BENCH_S (default 150)
@@ -33,19 +33,10 @@ timeout "${LTX_PERF_BENCH_S:-150}" python3 benchmarks/bench_ops.py --out "$OUT" 
 echo "bench rc=$? at ${SECONDS}s"
 sed -n '/### Summary/,/### All/p' "$OUT/results.md" 2>/dev/null | head -60
 
-NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
-if [ -n "$NCU" ]; then
-  LOCAL_KERNELS=org/ltx-kernels=$PWD timeout 100 "$NCU" --clock-control none \
-    --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
-    --section SchedulerStats --section ComputeWorkloadAnalysis --section InstructionStats \
-    --kernel-name-base demangled --kernel-name 'regex:adaln|gated|rms|triton' --launch-count 12 \
-    python3 benchmarks/profile_ops.py --compile --dtypes bfloat16 --ops "$OPS" > "$OUT/ncu_bfloat16.txt" 2>&1
-  echo "ncu rc=$? at ${SECONDS}s"
-  grep -E '^  [a-zA-Z_]|Duration|DRAM Throughput|Compute \(SM\) Throughput|Achieved Occupancy|Registers Per|Executed Ipc A|Issue Slots Busy|No Eligible|Warp Cycles Per Issued' \
-    "$OUT/ncu_bfloat16.txt" | head -80
-else
-  echo "ncu not found"
-fi
+# the build is there, so device_profile.sh only profiles
+LTX_PROF_DTYPES=bfloat16 LTX_PROF_OPS="$OPS" LTX_PROF_TIMEOUT=100 LTX_PROF_LAUNCHES=12 \
+  bash tools/device_profile.sh | head -80
+echo "ncu done at ${SECONDS}s"
 
 left=$(( LIMIT - SECONDS ))
 if [ "$left" -gt 40 ]; then

@@ -3,26 +3,27 @@
 # GPU and profile the row kernels (ours and torch.compile's Triton kernels of the same
 # expression) with Nsight Compute at the LTX-Video shape. Counters, not times: the times
 # are bench_ops.py's. $OUT/ncu_<dtype>.txt: one report per kernel launch profiled.
-#   LTX_PROF_OPS (default adaln,gated_residual,rmsnorm), LTX_PROF_DTYPES (bfloat16,float16)
+#   LTX_PROF_OPS (default adaln,gated_residual,rmsnorm), LTX_PROF_DTYPES (bfloat16,float16),
+#   LTX_PROF_TIMEOUT (seconds per dtype, default 240), LTX_PROF_LAUNCHES (default 16)
 set -uo pipefail
 source "$(dirname "$0")/device_common.sh"
 if [ ! -d build ] || [ -z "$(ls build 2>/dev/null)" ] || [ "${LTX_REBUILD:-0}" = 1 ]; then
   python3 tools/build.py --backend cuda --arch "${LTX_ARCH:-native}" -j 12 > "$OUT/build_cuda.log" 2>&1 \
     || { tail -40 "$OUT/build_cuda.log"; exit 1; }
 fi
-NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
 [ -n "$NCU" ] || { echo "ncu not found"; exit 1; }
 SECTIONS=(--section SpeedOfLight --section Occupancy --section LaunchStats
           --section WarpStateStats --section SchedulerStats --section MemoryWorkloadAnalysis
           --section ComputeWorkloadAnalysis --section InstructionStats)
 for dt in $(echo "${LTX_PROF_DTYPES:-bfloat16,float16}" | tr , ' '); do
-  # launch-skip 1 / count: the second launch of each kernel (the first pays module load).
-  LOCAL_KERNELS=org/ltx-kernels=$PWD timeout 240 "$NCU" --clock-control none "${SECTIONS[@]}" \
-    --kernel-name-base demangled --kernel-name 'regex:adaln|gated|rms|triton' \
-    --launch-skip 0 --launch-count 16 \
+  # profile_ops.py launches each kernel twice per op (ours, then inductor's): both reports kept.
+  LOCAL_KERNELS=org/ltx-kernels=$PWD timeout "${LTX_PROF_TIMEOUT:-240}" "$NCU" --clock-control none \
+    "${SECTIONS[@]}" --kernel-name-base demangled --kernel-name 'regex:adaln|gated|rms|triton' \
+    --launch-skip 0 --launch-count "${LTX_PROF_LAUNCHES:-16}" \
     python3 benchmarks/profile_ops.py --compile --dtypes "$dt" \
       --ops "${LTX_PROF_OPS:-adaln,gated_residual,rmsnorm}" > "$OUT/ncu_$dt.txt" 2>&1
   echo "$dt: ncu exit $?; $(grep -c 'Duration' "$OUT/ncu_$dt.txt") reports"
-  grep -E '^  [a-z_]|Duration|DRAM Throughput|Memory Throughput|Achieved Occupancy|Registers Per|Executed Ipc A|Issue Slots Busy|Warp Cycles Per Issued|Block Size|Grid Size' \
+  grep -E '^  [a-zA-Z_]|Duration|DRAM Throughput|Compute \(SM\) Throughput|Achieved Occupancy|Registers Per|Executed Ipc A|Issue Slots Busy|No Eligible|Warp Cycles Per Issued' \
     "$OUT/ncu_$dt.txt" | head -150
 done

@@ -1,6 +1,6 @@
 """Instruction mix of the compiled kernels in a built variant (needs cuobjdump).
 
-    python tools/sass_mix.py build/<variant>/ltx_kernels/_ltx_kernels_*.so --match adaln_kernel
+    python tools/sass_mix.py build/<variant>/_ltx_kernels_*.so --match adaln_kernel
 
 For each kernel whose demangled name matches --match (a regex): the SASS instruction count,
 the opcodes by frequency (predication stripped, modifiers kept up to --depth dots), and the
@@ -14,18 +14,14 @@ import re
 import shutil
 import subprocess
 import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from build import demangle  # noqa: E402  (c++filt over a set of names, tools/build.py)
 
 
 def run(args):
     return subprocess.run(args, capture_output=True, text=True, check=True).stdout
-
-
-def demangle(names):
-    tool = shutil.which("cu++filt") or shutil.which("c++filt")
-    if not tool or not names:
-        return {n: n for n in names}
-    out = subprocess.run([tool], input="\n".join(names), capture_output=True, text=True).stdout
-    return dict(zip(names, out.splitlines()))
 
 
 def split_functions(sass: str) -> dict[str, str]:
@@ -58,7 +54,7 @@ def main(argv=None):
     for m in re.finditer(r"Function (\S+):\s*\n\s*(REG:\d+ STACK:\d+ SHARED:\d+ LOCAL:\d+[^\n]*)", res):
         usage[m.group(1)] = m.group(2)
     funcs = split_functions(sass)
-    names = demangle(list(funcs))
+    names = demangle(set(funcs))
     pat = re.compile(args.match)
     dump = open(args.dump, "w") if args.dump else None
     for mangled, body in funcs.items():
