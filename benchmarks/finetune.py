@@ -11,8 +11,9 @@ mixed-precision recipe). Data: a fixed random set of (noisy latent, timestep, te
 batches, cycled; loss = MSE(prediction, target) (flow-matching style). Every configuration
 starts from the same weights and sees the same batches.
 
-Match: the loss curve of each configuration vs the baseline's: max over steps of
-|loss - loss_baseline| / loss_baseline must be <= 2x (+1e-3) that of the noise run = the
+Match: the loss curve of each configuration vs the baseline's: max over windows of
+--window steps of |mean loss - mean baseline| / mean baseline (per-step losses drift apart
+after ~150 steps in bf16 even between equivalent runs) must be <= 2x (+1e-3) that of the noise run = the
 baseline again with SDPA's math backend (a different but equivalent op order; bf16 training
 noise compounds over the steps, so the curves agree only to that noise).
 Step time: CUDA-event time of forward + backward + optimizer step, median over the steps
@@ -42,6 +43,9 @@ def parse_args(argv=None):
     p.add_argument("--steps", type=int, default=200)
     p.add_argument("--warmup", type=int, default=10, help="steps excluded from the step time")
     p.add_argument("--batches", type=int, default=8, help="distinct batches in the data set")
+    p.add_argument("--clip", type=float, default=1.0, help="gradient-norm clipping (0: none)")
+    p.add_argument("--window", type=int, default=0,
+                   help="steps per window of the loss-curve check (default: steps / 20)")
     p.add_argument("--device", default=None)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--no-noise-run", action="store_true")
@@ -115,6 +119,8 @@ def train(args, state, data, kernel, config, math_sdpa=False):
                 start.record()
             opt.zero_grad(set_to_none=True)
             loss = step_fn(batch)
+            if args.clip > 0:  # the usual fine-tuning recipe; without it lr 1e-4 spikes
+                torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip)
             opt.step()
             if cuda:
                 end.record()
@@ -151,7 +157,21 @@ def make_step(model, args):
 
 
 def deviation(losses, ref):
+    """Max over steps of |loss - ref| / ref."""
     return max(abs(a - b) / max(abs(b), 1e-12) for a, b in zip(losses, ref))
+
+
+def window_deviation(losses, ref, window):
+    """Max over consecutive windows of |mean loss - mean ref| / mean ref. bf16 training
+    noise compounds: two equivalent runs agree to 3-4 digits per step for the first
+    ~150 steps, then drift apart step by step while their windowed means still agree
+    (2026-12-03 H200 run, 300 steps)."""
+    devs = []
+    for i in range(0, min(len(losses), len(ref)), window):
+        a = statistics.fmean(losses[i:i + window])
+        b = statistics.fmean(ref[i:i + window])
+        devs.append(abs(a - b) / max(abs(b), 1e-12))
+    return max(devs)
 
 
 def main(argv=None):
@@ -165,6 +185,7 @@ def main(argv=None):
     tokens = args.frames * args.height * args.width
     print(f"fine-tune: {n_params / 1e6:.1f}M params, {args.layers} blocks, batch {args.batch_size} x "
           f"{tokens} tokens, {args.steps} steps, AdamW, bf16 autocast, device {args.device}", flush=True)
+    window = args.window or max(1, args.steps // 20)
     runs = {}
     for config in args.configs:
         runs[config] = train(args, state, data, kernel, config)
@@ -172,21 +193,24 @@ def main(argv=None):
     noise = None
     if not args.no_noise_run:
         noise_losses, _ = train(args, state, data, kernel, "baseline", math_sdpa=True)
-        noise = deviation(noise_losses, runs["baseline"][0])
-        print(f"noise run (math SDPA): max rel loss deviation {noise:.3e}", flush=True)
+        noise = window_deviation(noise_losses, runs["baseline"][0], window)
+        noise_step = deviation(noise_losses, runs["baseline"][0])
+        print(f"noise run (math SDPA): max rel deviation of {window}-step mean loss {noise:.3e} "
+              f"(per step {noise_step:.3e})", flush=True)
     ref_losses = runs["baseline"][0]
     ref_time = statistics.median(runs["baseline"][1][args.warmup:]) if runs["baseline"][1] else None
     rows, results, ok_all = [], {}, True
     for config, (losses, times) in runs.items():
         t = statistics.median(times[args.warmup:]) if times[args.warmup:] else None
-        dev = deviation(losses, ref_losses)
+        dev = window_deviation(losses, ref_losses, window)
+        dev_step = deviation(losses, ref_losses)
         ok = noise is None or config == "baseline" or dev <= 2 * noise + 1e-3
         ok_all &= ok
-        results[config] = dict(step_ms=t, final_loss=losses[-1], max_rel_dev=dev, pass_=ok,
-                               losses=losses[:: max(1, len(losses) // 50)])
+        results[config] = dict(step_ms=t, final_loss=losses[-1], max_rel_dev=dev,
+                               max_rel_dev_step=dev_step, pass_=ok, losses=losses)
         speed = "—" if t is None or ref_time is None else f"{ref_time / t:.3f}x"
         match = "reference" if config == "baseline" else (
-            f"{'PASS' if ok else 'FAIL'} (max rel Δloss {dev:.2e}"
+            f"{'PASS' if ok else 'FAIL'} (max rel Δ of {window}-step means {dev:.2e}"
             + ("" if noise is None else f" vs noise {noise:.2e}") + ")")
         rows.append([config, common.fmt(t, ".2f"), speed, f"{losses[0]:.4f}", f"{losses[-1]:.4f}", match])
     table = common.markdown_table(
@@ -198,13 +222,15 @@ def main(argv=None):
         f"- GPU: {env.get('gpu', args.device)}; torch {env['torch']}, CUDA {env.get('cuda')}, "
         f"diffusers {env.get('diffusers')}, kernels {env.get('kernels')}.",
         f"- Model: LTXVideoTransformer3DModel, 2B width, {args.layers} blocks, random weights "
-        f"({n_params / 1e6:.1f}M params, fp32 master weights), bf16 autocast, AdamW lr 1e-4.",
+        f"({n_params / 1e6:.1f}M params, fp32 master weights), bf16 autocast, AdamW lr 1e-4, "
+        f"gradient-norm clipping {args.clip or 'off'}.",
         f"- Data: batch {args.batch_size}, latent {args.frames}x{args.height}x{args.width} = {tokens} "
         f"tokens, text 128, {args.batches} fixed random batches cycled, MSE loss; {args.steps} steps.",
         "- Method: step = CUDA events around zero_grad + forward + backward + AdamW step, median after "
         f"{args.warmup} warm-up steps; kernels = patch_ltx_video; compile = torch.compile of the step "
-        "function (default mode). Loss curves: max over steps of |loss - baseline| / baseline; "
-        "noise = the baseline with SDPA's math backend; PASS when <= 2x noise + 1e-3.",
+        f"function (default mode). Loss curves: max over windows of {window} steps of "
+        "|mean loss - mean baseline| / mean baseline (per-step maximum in the JSON); "
+        "noise = the same for the baseline with SDPA's math backend; PASS when <= 2x noise + 1e-3.",
         f"- Command: `python benchmarks/finetune.py {' '.join(sys.argv[1:])}`",
         "", table, "", f"loss-curve check: {'PASS' if ok_all else 'FAIL'}"])
     if not args.no_results:

@@ -55,6 +55,16 @@ struct TypedIo {
   }
 };
 
+// The storage type of a typed Io (void for AnyIo).
+template <class Io>
+struct IoElem {
+  using type = void;
+};
+template <typename T, int N>
+struct IoElem<TypedIo<T, N>> {
+  using type = T;
+};
+
 struct AnyIo {
   static constexpr int kN = 1;
   struct Raw {
@@ -265,6 +275,158 @@ __global__ void __launch_bounds__(kMaxRowThreads, 1) adaln_kernel(AdaLnParams p)
   }
 }
 
+// adaln without a weight, the row held in at most kStreamCached vectors per thread
+// (every LTX / FLUX / DiT / Wan call). Changes from adaln_kernel, for what ncu showed of
+// it (2026-12-03, v5: 42 M warp instructions vs inductor's 23 M, issue slots 70% busy,
+// nothing in flight during the reduction and the arithmetic):
+//  - persistent blocks over contiguous row chunks (the host sizes the grid to the
+//    occupancy), so consecutive rows of a thread share their scale/shift row when the
+//    modulation broadcasts ([B, 1, D], [B, F, 1, D]: runs of `mod_run` rows);
+//  - round(1 + scale) and shift for a thread's own columns are kept in shared memory
+//    (each thread reads back only what it wrote: no barrier), recomputed once per run of
+//    rows instead of once per row (every row for per-token modulation, mod_run = 1);
+//  - the next row's x is loaded before the current row's reduction (register double
+//    buffer), so its bytes are in flight during the reduction, the barrier and the
+//    arithmetic;
+//  - one dtype throughout (bf16 / fp16): the product and the shift are packed pair ops
+//    (mul_rn / add_rn in common/vec.cuh), each rounded once like eager's ops.
+// Rnd must round 1 + scale to Tm's own precision (FixedRounds<.., RoundOf<Tm>, ..>), so
+// the cached Tm value is exact.
+constexpr int kStreamCached = 2;
+
+template <typename Tx, typename Tm, typename To, int N, bool kLayer, class Rnd>
+__global__ void __launch_bounds__(kMaxRowThreads) adaln_stream_kernel(AdaLnParams p, int64_t chunk,
+                                                                     int64_t mod_run) {
+  constexpr int C = kStreamCached;
+  // Same half dtype throughout: then the rounding points are x's at each op (Plain form).
+  constexpr bool kPacked =
+      std::is_same_v<Tx, Tm> && std::is_same_v<Tx, To> && !std::is_same_v<Tx, float>;
+  using VX = Vec<Tx, N>;
+  using VM = Vec<Tm, N>;
+  extern __shared__ __align__(16) unsigned char mod_smem[];  // per group: C*tpr of 1+scale, then of shift
+  __shared__ float scratch[kMaxWarpsPerBlock];
+
+  const int nvec = p.cols / N;
+  const int lane = threadIdx.x % p.tpr;
+  const int group = threadIdx.x / p.tpr;
+  const int groups = blockDim.x / p.tpr;
+  const float inv_cols = 1.0f / static_cast<float>(p.cols);
+  const bool has_shift = p.shift != nullptr;
+  const Tx* x = static_cast<const Tx*>(p.x);
+  const Tm* scale = static_cast<const Tm*>(p.scale);
+  const Tm* shift = static_cast<const Tm*>(p.shift);
+  To* out = static_cast<To*>(p.out);
+  VM* s1_cache = reinterpret_cast<VM*>(mod_smem) + static_cast<size_t>(group) * 2 * C * p.tpr;
+  VM* shift_cache = s1_cache + C * p.tpr;
+
+  const int64_t begin = static_cast<int64_t>(blockIdx.x) * chunk;
+  const int64_t end = begin + chunk < p.rows ? begin + chunk : p.rows;
+
+  auto load_row = [&](int64_t row, VX (&v)[C]) {
+    if (row >= end) return;
+    const Tx* xr = x + row * p.x_stride;
+#pragma unroll
+    for (int i = 0; i < C; ++i) {
+      const int j = lane + i * p.tpr;
+      if (j < nvec) v[i] = VX::load(xr + static_cast<int64_t>(j) * N);
+    }
+  };
+
+  VX cur[C], nxt[C];
+  load_row(begin + group, cur);
+  int64_t run_end = -1;  // the cache holds the modulation of rows < run_end (of this run)
+  // Every thread runs the same number of iterations: row_sum needs all of them.
+  for (int64_t r0 = begin; r0 < end; r0 += groups) {
+    const int64_t row = r0 + group;
+    const bool active = row < end;
+    load_row(row + groups, nxt);  // in flight during everything below
+
+    float mean = 0.f;
+    if constexpr (kLayer) {
+      float s = 0.f;
+#pragma unroll
+      for (int i = 0; i < C; ++i) {
+        const int j = lane + i * p.tpr;
+        if (active && j < nvec) {
+#pragma unroll
+          for (int k = 0; k < N; ++k) s += to_float(cur[i].v[k]);
+        }
+      }
+      mean = row_sum(s, p.tpr, scratch) * inv_cols;
+    }
+    float ss = 0.f;
+#pragma unroll
+    for (int i = 0; i < C; ++i) {
+      const int j = lane + i * p.tpr;
+      if (active && j < nvec) {
+#pragma unroll
+        for (int k = 0; k < N; ++k) {
+          const float d = kLayer ? to_float(cur[i].v[k]) - mean : to_float(cur[i].v[k]);
+          ss += d * d;
+        }
+      }
+    }
+    ss = row_sum(ss, p.tpr, scratch);
+    const float inv = rsqrtf(ss * inv_cols + p.eps);
+
+    if (active) {
+      if (row >= run_end) {  // a new modulation row
+        int64_t off[2];
+        p.rs.offsets<2>(row, off);
+        run_end = mod_run == 1 ? row + 1 : (row / mod_run + 1) * mod_run;
+#pragma unroll
+        for (int i = 0; i < C; ++i) {
+          const int j = lane + i * p.tpr;
+          if (j < nvec) {
+            const int64_t e = static_cast<int64_t>(j) * N;
+            const VM sv = VM::load(scale + off[0] + e);
+            float s1[N];
+#pragma unroll
+            for (int k = 0; k < N; ++k) s1[k] = __fadd_rn(1.0f, to_float(sv.v[k]));
+            Rnd::scale1(s1, p);
+            s1_cache[j] = pack_from_float<Tm, N>(s1);
+            if (has_shift) shift_cache[j] = VM::load(shift + off[1] + e);
+          }
+        }
+      }
+      To* orow = out + row * p.out_stride;
+#pragma unroll
+      for (int i = 0; i < C; ++i) {
+        const int j = lane + i * p.tpr;
+        if (j < nvec) {
+          float n[N];
+#pragma unroll
+          for (int k = 0; k < N; ++k) {
+            const float xk = kLayer ? to_float(cur[i].v[k]) - mean : to_float(cur[i].v[k]);
+            n[k] = __fmul_rn(xk, inv);
+          }
+          Rnd::mid(n, p);
+          if constexpr (kPacked) {
+            // norm(x) rounded to x's dtype by the packing, then one rounding per op
+            VX o = mul_rn(pack_from_float<Tx, N>(n), s1_cache[j]);
+            if (has_shift) o = add_rn(o, shift_cache[j]);
+            o.store(orow + static_cast<int64_t>(j) * N);
+          } else {
+            Rnd::norm(n, p);
+            const VM s1 = s1_cache[j];
+#pragma unroll
+            for (int k = 0; k < N; ++k) n[k] = __fmul_rn(n[k], to_float(s1.v[k]));
+            if (has_shift) {
+              const VM h = shift_cache[j];
+              Rnd::prod(n, p);
+#pragma unroll
+              for (int k = 0; k < N; ++k) n[k] = __fadd_rn(n[k], to_float(h.v[k]));
+            }
+            pack_from_float<To, N>(n).store(orow + static_cast<int64_t>(j) * N);
+          }
+        }
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < C; ++i) cur[i] = nxt[i];
+  }
+}
+
 // ---- gated residual ------------------------------------------------------------------
 
 struct GateParams {
@@ -289,6 +451,12 @@ template <class IoX, class IoY, class IoG, class IoO, int kCached, int kProd, bo
 __global__ void __launch_bounds__(kMaxRowThreads, 1) gated_residual_kernel(GateParams p) {
   constexpr int N = IoX::kN;
   static_assert(IoY::kN == N && IoG::kN == N && IoO::kN == N, "one vector width");
+  // One half dtype throughout: x + round(y * gate) as two packed ops, each rounded once
+  // like eager's (mul_rn / add_rn in common/vec.cuh).
+  using Elem = typename IoElem<IoX>::type;
+  constexpr bool kPacked = std::is_same_v<IoX, IoY> && std::is_same_v<IoX, IoG> &&
+                           std::is_same_v<IoX, IoO> && N % 2 == 0 &&
+                           (std::is_same_v<Elem, __half> || std::is_same_v<Elem, __nv_bfloat16>);
   const int nvec = p.cols / N;
   const int lane = threadIdx.x % p.tpr;
   const int groups = blockDim.x / p.tpr;
@@ -318,21 +486,52 @@ __global__ void __launch_bounds__(kMaxRowThreads, 1) gated_residual_kernel(GateP
       for (int i = 0; i < kCached; ++i) {
         const int j = j0 + i * p.tpr;
         if (j < nvec) {
-          float o[N];
-#pragma unroll
-          for (int k = 0; k < N; ++k) o[k] = __fmul_rn(IoY::get(yc[i], k), IoG::get(gc[i], k));
-          if constexpr (kRuntimeProd) {
-            round_all(o, p.prod);
+          if constexpr (kPacked && !kRuntimeProd && kProd == static_cast<int>(RoundOf<Elem>::value)) {
+            add_rn(xc[i], mul_rn(yc[i], gc[i])).store(static_cast<Elem*>(p.out) + oo + static_cast<int64_t>(j) * N);
           } else {
-            round_all<static_cast<Round>(kProd)>(o);
-          }
+            float o[N];
 #pragma unroll
-          for (int k = 0; k < N; ++k) o[k] = __fadd_rn(IoX::get(xc[i], k), o[k]);
-          IoO::store(p.out, oo + static_cast<int64_t>(j) * N, p.dout, o);
+            for (int k = 0; k < N; ++k) o[k] = __fmul_rn(IoY::get(yc[i], k), IoG::get(gc[i], k));
+            if constexpr (kRuntimeProd) {
+              round_all(o, p.prod);
+            } else {
+              round_all<static_cast<Round>(kProd)>(o);
+            }
+#pragma unroll
+            for (int k = 0; k < N; ++k) o[k] = __fadd_rn(IoX::get(xc[i], k), o[k]);
+            IoO::store(p.out, oo + static_cast<int64_t>(j) * N, p.dout, o);
+          }
         }
       }
     }
   }
+}
+
+
+// Launches adaln_stream_kernel on a persistent grid: as many blocks as fit on the GPU at
+// once (occupancy, asked once per block size and device), each over a contiguous chunk of
+// rows (a multiple of the rows per block, so every block but the last is full).
+template <typename Tx, typename Tm, typename To, int N, bool kLayer, class Rnd>
+void launch_adaln_stream(const AdaLnParams& p, const RowPlan& l, int64_t mod_run, int device,
+                         cudaStream_t stream) {
+  auto kernel = adaln_stream_kernel<Tx, Tm, To, N, kLayer, Rnd>;
+  const size_t smem = static_cast<size_t>(2) * kStreamCached * l.block * sizeof(Vec<Tm, N>);
+  // (block size, device) -> resident blocks per SM; block sizes are powers of two <= 512
+  static int occupancy[64][10] = {};
+  int log2_block = 0;
+  while ((1 << log2_block) < l.block) ++log2_block;
+  int occ = device >= 0 && device < 64 && log2_block < 10 ? occupancy[device][log2_block] : 0;
+  if (occ == 0) {
+    C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, kernel, l.block, smem));
+    occ = std::max(occ, 1);
+    if (device >= 0 && device < 64 && log2_block < 10) occupancy[device][log2_block] = occ;
+  }
+  const int groups = l.block / l.tpr;
+  const int64_t want = std::min<int64_t>(ceil_div(p.rows, groups),
+                                         static_cast<int64_t>(sm_count(device)) * occ);
+  const int64_t chunk = ceil_div(ceil_div(p.rows, want), groups) * groups;
+  const auto grid = static_cast<unsigned>(ceil_div(p.rows, chunk));
+  kernel<<<grid, l.block, smem, stream>>>(p, chunk, mod_run);
 }
 
 }  // namespace
@@ -384,6 +583,14 @@ void adaln_launch(const at::Tensor& out2d, const at::Tensor& x2d, const at::Tens
   const RowPlan l = plan_rows(p.rows, p.cols / vec, cached_for(static_cast<int>(vec * widest)),
                               x2d.device().index(), /*min_cache=*/vec * widest == 16 ? 2 : 1);
   p.tpr = l.tpr;
+  const int device = x2d.device().index();
+  // Runs of consecutive rows that share their scale/shift row: the innermost row-space
+  // dim broadcasts in both operands (e.g. [B, 1, D] against x [B, T, D]), or one row.
+  constexpr int kInner = kMaxRowDims - 1;
+  const int64_t mod_run = rows.ndim == 0 ? p.rows
+                          : rows.stride[0][kInner] == 0 && rows.stride[1][kInner] == 0
+                              ? rows.size[kInner]
+                              : 1;
 
   // Fast paths: x, scale/shift and out all of one dtype, or half x with fp32
   // modulation (and fp32 out); vector width >= 2.
@@ -422,7 +629,23 @@ void adaln_launch(const at::Tensor& out2d, const at::Tensor& x2d, const at::Tens
         };
         using Plain = FixedRounds<0, ix, im, im>;
         using WeightedRms = FixedRounds<ix, ix, im, im>;
-        if (p.w == nullptr) {
+        // The streaming kernel: full-width vectors only (instantiated for those alone).
+        auto try_stream = [&]() {
+          if constexpr (N * widest == 16) {
+            if (p.w != nullptr || p.cols / N > kStreamCached * l.tpr) return false;
+            if (p.layer) {
+              launch_adaln_stream<Tx, Tm, To, N, true, Plain>(p, l, mod_run, device, stream);
+            } else {
+              launch_adaln_stream<Tx, Tm, To, N, false, Plain>(p, l, mod_run, device, stream);
+            }
+            return true;
+          } else {
+            return false;
+          }
+        };
+        if (try_stream()) {
+          // launched
+        } else if (p.w == nullptr) {
           if (p.layer) {
             go(std::false_type{}, std::true_type{}, Plain{});
           } else {

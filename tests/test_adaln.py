@@ -322,6 +322,56 @@ def test_hidden_sizes(device, d):
     assert torch.equal(kernel.gated_residual(x, y, scale), x + y * scale)
 
 
+# Many rows with broadcast modulation: the CUDA path for [B, 1, D] / [B, F, 1, D] runs
+# persistent blocks over contiguous row chunks, caches 1 + scale and shift per thread
+# and prefetches the next row; small shapes give every block one row only, so these
+# shapes make chunks of many rows that cross batch / frame boundaries, odd row counts
+# (a short last chunk and idle groups), short rows (many rows per block) and the widest
+# row that path takes (D = 8192 bf16: 512 threads x 2 vectors).
+MANY_ROWS = [
+    ((2, 8064, 2048), BF16, "b1d"),
+    ((3, 4099, 1024), torch.float16, "b1d"),
+    ((2, 1537, 2048), torch.float32, "b1d"),
+    ((2, 5, 577, 256), BF16, "bf1d"),
+    ((3, 2311, 128), BF16, "b1d"),
+    ((2, 1031, 8192), BF16, "b1d"),
+    ((5000, 2048), BF16, "d"),
+]
+
+
+@requires_gpu
+@pytest.mark.parametrize("shape,dtype,form", MANY_ROWS, ids=str)
+def test_broadcast_many_rows(shape, dtype, form):
+    x = quantised(shape, dtype, "cuda")
+    d = shape[-1]
+    if form == "d":
+        mod_shape = (d,)
+    elif form == "b1d":
+        mod_shape = (shape[0], 1, d)
+    else:
+        mod_shape = (*shape[:2], 1, d)
+    scale, shift = modulation(mod_shape, dtype, "cuda"), modulation(mod_shape, dtype, "cuda")
+
+    def check(out, sc, sh):
+        expected = eager_adaln(x, sc, sh)
+        if d <= 4096:  # quantised x: exact fp32 sums of squares (see test_hidden_sizes)
+            assert torch.equal(out, expected), (shape, form)
+        else:
+            assert_near_eager(out, expected, ref64(x, sc, sh)[1], str(shape))
+
+    out = torch.full_like(x, float("nan"))
+    kernel.adaln(x, scale, shift, out=out)
+    check(out, scale, shift)
+    check(kernel.adaln(x, scale, None), scale, None)
+    out_l = kernel.adaln(x, scale, shift, norm="layer")
+    _, mag = ref64(x, scale, shift, norm="layer")
+    assert_near_eager(out_l, eager_adaln(x, scale, shift, norm="layer"), mag, str(shape))
+    # Wan-style fp32 modulation on half x (fp32 out)
+    if dtype != torch.float32:
+        s32, h32 = scale.float(), shift.float()
+        check(kernel.adaln(x, s32, h32), s32, h32)
+
+
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("d", [65536, 100000])
 def test_long_rows(device, d):
