@@ -109,6 +109,26 @@ __device__ __forceinline__ void load_weight(const float* w, int64_t off, float (
 }
 
 
+// This thread's part of a row's fp32 sums over its cached vectors i < C that lie in the
+// row: of the elements (kSquares false), or of their squares after subtracting `mean` when
+// kCentre (LayerNorm's variance) or as they are (RMSNorm). elem(i, k): element k of vector i.
+template <int C, int N, bool kSquares, bool kCentre, class Elem>
+__device__ __forceinline__ float cached_sum(bool active, int lane, int tpr, int nvec, float mean,
+                                            Elem elem) {
+  float s = 0.f;
+#pragma unroll
+  for (int i = 0; i < C; ++i) {
+    if (active && lane + i * tpr < nvec) {
+#pragma unroll
+      for (int k = 0; k < N; ++k) {
+        const float d = kCentre ? elem(i, k) - mean : elem(i, k);
+        s += kSquares ? d * d : d;
+      }
+    }
+  }
+  return s;
+}
+
 // ---- adaln -------------------------------------------------------------------------
 
 struct AdaLnParams {
@@ -184,17 +204,10 @@ __global__ void __launch_bounds__(kMaxRowThreads, 1) adaln_kernel(AdaLnParams p)
     }
 
     // Statistics in fp32: mean of squares (rms), or mean then centred variance (layer).
+    auto elem = [&](int i, int k) { return IoX::get(xc[i], k); };
     float mean = 0.f;
     if constexpr (kLayer) {
-      float s = 0.f;
-#pragma unroll
-      for (int i = 0; i < kCached; ++i) {
-        const int j = lane + i * p.tpr;
-        if (active && j < nvec) {
-#pragma unroll
-          for (int k = 0; k < N; ++k) s += IoX::get(xc[i], k);
-        }
-      }
+      float s = cached_sum<kCached, N, false, false>(active, lane, p.tpr, nvec, 0.f, elem);
       for (int j = lane + kCached * p.tpr; active && j < nvec; j += p.tpr) {
         const auto v = IoX::load(p.x, xo + static_cast<int64_t>(j) * N, p.dx);
 #pragma unroll
@@ -202,18 +215,7 @@ __global__ void __launch_bounds__(kMaxRowThreads, 1) adaln_kernel(AdaLnParams p)
       }
       mean = row_sum(s, p.tpr, scratch) * inv_cols;
     }
-    float ss = 0.f;
-#pragma unroll
-    for (int i = 0; i < kCached; ++i) {
-      const int j = lane + i * p.tpr;
-      if (active && j < nvec) {
-#pragma unroll
-        for (int k = 0; k < N; ++k) {
-          const float d = kLayer ? IoX::get(xc[i], k) - mean : IoX::get(xc[i], k);
-          ss += d * d;
-        }
-      }
-    }
+    float ss = cached_sum<kCached, N, true, kLayer>(active, lane, p.tpr, nvec, mean, elem);
     for (int j = lane + kCached * p.tpr; active && j < nvec; j += p.tpr) {
       const auto v = IoX::load(p.x, xo + static_cast<int64_t>(j) * N, p.dx);
 #pragma unroll
@@ -341,31 +343,13 @@ __global__ void __launch_bounds__(kMaxRowThreads) adaln_stream_kernel(AdaLnParam
     const bool active = row < end;
     load_row(row + groups, nxt);  // in flight during everything below
 
+    auto elem = [&](int i, int k) { return to_float(cur[i].v[k]); };
     float mean = 0.f;
     if constexpr (kLayer) {
-      float s = 0.f;
-#pragma unroll
-      for (int i = 0; i < C; ++i) {
-        const int j = lane + i * p.tpr;
-        if (active && j < nvec) {
-#pragma unroll
-          for (int k = 0; k < N; ++k) s += to_float(cur[i].v[k]);
-        }
-      }
+      const float s = cached_sum<C, N, false, false>(active, lane, p.tpr, nvec, 0.f, elem);
       mean = row_sum(s, p.tpr, scratch) * inv_cols;
     }
-    float ss = 0.f;
-#pragma unroll
-    for (int i = 0; i < C; ++i) {
-      const int j = lane + i * p.tpr;
-      if (active && j < nvec) {
-#pragma unroll
-        for (int k = 0; k < N; ++k) {
-          const float d = kLayer ? to_float(cur[i].v[k]) - mean : to_float(cur[i].v[k]);
-          ss += d * d;
-        }
-      }
-    }
+    float ss = cached_sum<C, N, true, kLayer>(active, lane, p.tpr, nvec, mean, elem);
     ss = row_sum(ss, p.tpr, scratch);
     const float inv = rsqrtf(ss * inv_cols + p.eps);
 
