@@ -296,8 +296,17 @@ __global__ void __launch_bounds__(kMaxRowThreads, 1) adaln_kernel(AdaLnParams p)
 // the cached Tm value is exact.
 constexpr int kStreamCached = 2;
 
+// CUDA 13.0's ptxas spills 12-24 bytes of this kernel on sm_100 / sm_120 under the bare
+// (512) bound and not with a minimum of one block per SM; on sm_75-sm_90 that minimum costs
+// registers (sm_90 fp16: 50 -> 56, one block per SM less), so it is set only there.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1000
+#define LTX_STREAM_BOUNDS __launch_bounds__(kMaxRowThreads, 1)
+#else
+#define LTX_STREAM_BOUNDS __launch_bounds__(kMaxRowThreads)
+#endif
+
 template <typename Tx, typename Tm, typename To, int N, bool kLayer, class Rnd>
-__global__ void __launch_bounds__(kMaxRowThreads) adaln_stream_kernel(AdaLnParams p, int64_t chunk,
+__global__ void LTX_STREAM_BOUNDS adaln_stream_kernel(AdaLnParams p, int64_t chunk,
                                                                      int64_t mod_run) {
   constexpr int C = kStreamCached;
   // Same half dtype throughout: then the rounding points are x's at each op (Plain form).
