@@ -36,22 +36,7 @@ struct RmsNormParams {
 template <typename Tw, typename To, int N, Round kMid, typename VX>
 __device__ __forceinline__ void normalize_store(const VX v, const Tw* w, To* orow, int j,
                                                 float inv) {
-  using Tx = std::remove_cv_t<std::remove_reference_t<decltype(v.v[0])>>;
   float o[N];
-  // One half dtype throughout with the normalised value rounded to it (llama's
-  // weight * x.to(dtype)): the product is one packed op, rounded once like eager's
-  // (mul_rn in common/vec.cuh).
-  constexpr bool kPacked = std::is_same_v<Tx, Tw> && std::is_same_v<Tx, To> &&
-                           !std::is_same_v<Tx, float> && kMid == RoundOf<Tx>::value && N % 2 == 0;
-  if constexpr (kPacked) {
-    if (w != nullptr) {
-      const Vec<Tw, N> wv = Vec<Tw, N>::load(w + j * N);
-#pragma unroll
-      for (int k = 0; k < N; ++k) o[k] = to_float(v.v[k]) * inv;
-      mul_rn(pack_from_float<To, N>(o), wv).store(orow + j * N);
-      return;
-    }
-  }
   if (w != nullptr) {
     const Vec<Tw, N> wv = Vec<Tw, N>::load(w + j * N);
 #pragma unroll

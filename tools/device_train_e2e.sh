@@ -7,8 +7,11 @@
 set -uo pipefail
 source "$(dirname "$0")/device_common.sh"
 LIMIT=${LTX_LIMIT:-585}
+# exported: tools/dev.sh builds for LTX_ARCH too (unset, it rebuilt every arch of build.toml
+# and the test stage's timeout ran out during that build, 2026-12-03 13:50)
+export LTX_ARCH=${LTX_ARCH:-native}
 device_env | tee "$OUT/env.txt"
-timeout 200 python3 tools/build.py --backend cuda --arch "${LTX_ARCH:-native}" -j 16 \
+timeout 200 python3 tools/build.py --backend cuda --arch "$LTX_ARCH" -j 16 \
   > "$OUT/build_cuda.log" 2>&1 || { tail -40 "$OUT/build_cuda.log"; exit 1; }
 echo "build done at ${SECONDS}s"
 if [ -n "${LTX_QUICK_TESTS:-}" ]; then
