@@ -255,7 +255,8 @@ def test_compile_fullgraph_forward_backward(device):
     le.backward()
     lc = compiled(xc, w)
     lc.backward()
-    torch.testing.assert_close(lc, le)
+    # a sum over many fp32 terms: inductor reorders it (relative 1e-5 seen with a random seed in CI)
+    torch.testing.assert_close(lc, le, rtol=1e-4, atol=1e-5)
     # inductor may add the two branches' gradient contributions in another order.
     torch.testing.assert_close(xc.grad, xe.grad, rtol=1e-6, atol=1e-6)
 
