@@ -286,7 +286,8 @@ __global__ void __launch_bounds__(kMaxRowThreads, 1) adaln_kernel(AdaLnParams p)
 //    modulation broadcasts ([B, 1, D], [B, F, 1, D]: runs of `mod_run` rows);
 //  - round(1 + scale) and shift for a thread's own columns are kept in shared memory
 //    (each thread reads back only what it wrote: no barrier), recomputed once per run of
-//    rows instead of once per row (every row for per-token modulation, mod_run = 1);
+//    rows instead of once per row (the host sends only mod_run >= 2 here: per-token
+//    modulation stays on adaln_kernel);
 //  - the next row's x is loaded before the current row's reduction (register double
 //    buffer), so its bytes are in flight during the reduction, the barrier and the
 //    arithmetic;
@@ -366,7 +367,7 @@ __global__ void LTX_STREAM_BOUNDS adaln_stream_kernel(AdaLnParams p, int64_t chu
       if (row >= run_end) {  // a new modulation row
         int64_t off[2];
         p.rs.offsets<2>(row, off);
-        run_end = mod_run == 1 ? row + 1 : (row / mod_run + 1) * mod_run;
+        run_end = (row / mod_run + 1) * mod_run;
 #pragma unroll
         for (int i = 0; i < C; ++i) {
           const int j = lane + i * p.tpr;
