@@ -113,18 +113,27 @@ def progress(total, desc):
 
 
 def compare(out, ref, noise_ref, min_cos=0.9999):
-    """The match check of issue 5: cosine(out, ref) >= min_cos and max|out - ref| within the
-    bf16 noise, i.e. max|ref - noise_ref| where noise_ref is the baseline computed again in
-    a different but equivalent way (see each script's --noise-ref). noise_ref None (or out is
-    ref's own run): only the cosine is checked."""
+    """The match check of issue 5: cosine(out, ref) >= the cosine bound and max|out - ref|
+    within the bf16 noise, i.e. max|ref - noise_ref| where noise_ref is the baseline computed
+    again in a different but equivalent way (see each script's --noise-ref). The cosine bound
+    is min_cos, or the noise run's own cosine to ref when that is lower: a model that
+    amplifies rounding (random-weight Llama, 4 layers, 4096 tokens: 0.99967 on 2026-12-04)
+    cannot be asked to agree with the baseline more closely than the baseline agrees with
+    itself. noise_ref None (or out is ref's own run): only min_cos is checked."""
     # float64: an fp32 cosine over ~10^7 elements drifts past 1.
     o, r = out.detach().double().flatten().cpu(), ref.detach().double().flatten().cpu()
     finite = bool(torch.isfinite(o).all())
     cos = torch.nn.functional.cosine_similarity(o, r, dim=0).item()
     diff = (o - r).abs().max().item()
-    noise = None if noise_ref is None else (r - noise_ref.detach().double().flatten().cpu()).abs().max().item()
-    ok = finite and cos >= min_cos and (noise is None or diff <= noise)
-    return {"pass": ok, "cos": cos, "max_abs": diff, "noise": noise, "finite": finite}
+    noise = cos_bound = None
+    if noise_ref is not None:
+        n = noise_ref.detach().double().flatten().cpu()
+        noise = (r - n).abs().max().item()
+        cos_bound = min(min_cos, torch.nn.functional.cosine_similarity(r, n, dim=0).item())
+    bound = min_cos if cos_bound is None else cos_bound
+    ok = finite and cos >= bound and (noise is None or diff <= noise)
+    return {"pass": ok, "cos": cos, "max_abs": diff, "noise": noise, "cos_bound": bound,
+            "finite": finite}
 
 
 def noise_self_check(ref, noise_ref):

@@ -362,7 +362,7 @@ def main(argv=None):
     nb = results["baseline"]["match"].get("noise_cos")
     if nb is not None and nb < 0.9999:
         print(f"note: the two baseline runs themselves have cosine {nb:.6f} < 0.9999: the model amplifies "
-              "rounding at these settings (random weights, many steps), so the cosine test is too strict here")
+              "rounding at these settings (random weights, many steps); that cosine is the bound")
 
     data = {"args": {k: v for k, v in vars(args).items() if k != "torch_dtype"}, "shapes": shp,
             "env": common.environment(dev), "params": {"transformer": n_tr, "vae": n_vae},
@@ -397,8 +397,9 @@ def method_text(args):
     ref = {"fp32": "the baseline pipeline again in float32 (same bf16-rounded weights, TF32 off)",
            "math-sdpa": "the baseline again with SDPA's math backend and cuBLAS reduced-precision reduction flipped",
            "none": "no noise run: cosine only"}[args.noise_ref]
-    return (f"final latents (before decode, same seed) vs the baseline's: cosine >= 0.9999 and max|Δ| <= the "
-            f"bf16 noise = max|baseline - {args.noise_ref} run|; noise run: {ref}")
+    return (f"final latents (before decode, same seed) vs the baseline's: cosine >= min(0.9999, the noise "
+            f"run's cosine to the baseline) and max|Δ| <= the bf16 noise = max|baseline - {args.noise_ref} run|; "
+            f"noise run: {ref}")
 
 
 def table(args, results):

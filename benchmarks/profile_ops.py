@@ -1,4 +1,4 @@
-"""Launch each row kernel a few times at the LTX-Video shape, for Nsight Compute.
+"""Launch each kernel a few times at the LTX-Video shape, for Nsight Compute.
 
 Not a benchmark (times come from bench_ops.py): this only gives `ncu` (tools/device_profile.sh)
 one launch per kernel and dtype to read counters from, ours next to torch.compile's Triton
@@ -34,6 +34,8 @@ def main():
         shift = torch.randn(2, 1, 2048, device=dev, dtype=dt) * 0.1
         y = torch.randn_like(x)
         w = torch.randn(2048, device=dev, dtype=dt)
+        xa = torch.randn(2, 8064, 8192, device=dev, dtype=dt)      # GELU-tanh input
+        xg = torch.randn(8064, 16384, device=dev, dtype=dt)        # GEGLU input (gate first)
         calls = {
             "adaln": (lambda: k.adaln(x, scale, shift, None, 1e-6, "rms"),
                       lambda a, b, c: bench_ops.ref_adaln_rms(a, b, c)),
@@ -41,6 +43,9 @@ def main():
                                lambda a, b, c: a + b * c),
             "rmsnorm": (lambda: k.rmsnorm(x, w, 1e-6),
                         lambda a, b, c: torch.nn.functional.rms_norm(a, (2048,), w, 1e-6)),
+            "gelu_tanh": (lambda: k.gelu_tanh(xa), lambda a, b, c: bench_ops.ref_gelu_tanh(xa)),
+            "geglu": (lambda: k.geglu(xg, "tanh", gate_first=True),
+                      lambda a, b, c: bench_ops.ref_geglu_tanh(xg)),
         }
         for op in args.ops.split(","):
             ours, ref = calls[op]

@@ -1,17 +1,20 @@
 // GELU (erf / tanh) and gated GELU (GEGLU) on CUDA.
 //
-// Elementwise and memory bound. Work is split into tiles of kUnroll * tpr vectors
-// of one row; a block handles `groups` rows of one tile column at a time and
-// grid-strides over the (row group, tile) pairs. Every thread issues all of its
-// loads (kUnroll per operand) before any math, so enough bytes are in
-// flight per SM without shared memory. Contiguous inputs run as a single long row
-// (with a scalar tail), so the vector width then depends only on the pointers.
+// Elementwise and memory bound in principle, but issue bound in practice: tanhf is ~16
+// instructions (two MUFU) per element, so with 2-byte types every instruction of index
+// math or of a split store shows in the time (2026-12-04 ncu, bf16 gelu_tanh: ours and
+// inductor's kernels both at 84-89% of issue slots, 61-67% of DRAM). The kernel therefore
+// does no division and no per-element index math: a block owns one tile column (U * tpr
+// vectors) of every row and walks down the rows by offset increments; each thread issues
+// all of its loads (U per operand) before any math. Contiguous inputs run as a single long
+// row (with a scalar tail), one tile per block.
 //
 // Numerics: fp32 with ATen's CUDA expressions (ActivationGeluKernel.cu), so the
 // result is bit-identical to F.gelu in every dtype. The gated form rounds the GELU
 // to the storage dtype before the product, as eager `h * F.gelu(g)` does.
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include "../torch-ext/torch_binding.h"
 #include "common/dispatch.cuh"
@@ -26,7 +29,7 @@ constexpr int kBlock = 256;   // most threads per block
 template <bool kGated>
 constexpr int kUnroll = kGated ? 2 : 4;
 constexpr int kMinBlocks = 4; // resident blocks per SM the register budget must allow (<= 64 regs)
-constexpr int kWaves = 32;    // blocks per SM at most; the grid-stride loop does the rest
+constexpr int kRowBlocks = 32; // blocks per SM down the rows at most; each walks on from there
 
 // Constants exactly as ATen computes them (double math, then one cast to float).
 constexpr double kSqrt1_2 = 0.70710678118654752440;
@@ -51,13 +54,17 @@ __device__ __forceinline__ float gelu_f(float x) {
 
 // gated: value * round_T(gelu(gate)); otherwise gelu(gate). Product in fp32, rounded once.
 template <typename T, GeluKind K, bool kGated>
-__device__ __forceinline__ T act(T gate, T value) {
+__device__ __forceinline__ float act_f(T gate, T value) {
   const float g = gelu_f<K>(to_float(gate));
   if constexpr (kGated) {
-    return from_float<T>(to_float(value) * to_float(from_float<T>(g)));
+    return to_float(value) * to_float(from_float<T>(g));
   } else {
-    return from_float<T>(g);
+    return g;
   }
+}
+template <typename T, GeluKind K, bool kGated>
+__device__ __forceinline__ T act(T gate, T value) {
+  return from_float<T>(act_f<T, K, kGated>(gate, value));
 }
 
 struct ActParams {
@@ -68,73 +75,94 @@ struct ActParams {
   int64_t nvec;        // vectors per row
   int64_t in_stride;   // elements between rows of gate/value (0: one row)
   int64_t out_stride;  // elements between rows of out
-  int64_t col_tiles;   // tiles per row
-  int64_t work;        // row groups * col_tiles
   int tpr;             // threads per row
   int tail;            // one-row launches: elements after the last whole vector
 };
 
+// The single-row tail (elements after the last whole vector), done by block (0, 0).
+template <typename T, int N, GeluKind K, bool kGated>
+__device__ __forceinline__ void act_tail(const ActParams& p, const T* gate, const T* value,
+                                         T* out) {
+  if (blockIdx.x == 0 && blockIdx.y == 0 && static_cast<int>(threadIdx.x) < p.tail) {
+    const int64_t c = p.nvec * N + threadIdx.x;
+    out[c] = act<T, K, kGated>(gate[c], kGated ? value[c] : gate[c]);
+  }
+}
+
+// One vector of output from one vector of gate (and value). Narrowed through
+// pack_from_float and stored with Vec::store: built element by element, the vector was
+// stored as four 32-bit STG.E per 16 bytes (nvcc 13, sm_90 SASS, 2026-12-04).
+template <typename T, int N, GeluKind K, bool kGated>
+__device__ __forceinline__ Vec<T, N> act_vec(const Vec<T, N>& gv, const Vec<T, N>& vv) {
+  float r[N];
+#pragma unroll
+  for (int k = 0; k < N; ++k) r[k] = act_f<T, K, kGated>(gv.v[k], vv.v[k]);
+  return pack_from_float<T, N>(r);
+}
+
+// Grid: x = tile columns (U * tpr vectors of a row each), y = row groups walked with a
+// stride of gridDim.y groups. A thread's columns are fixed, so its bounds checks are
+// hoisted out of the row loop and its addresses only advance by a constant per row.
 template <typename T, int N, GeluKind K, bool kGated>
 __global__ void __launch_bounds__(kBlock, kMinBlocks) act_kernel(ActParams p) {
   using V = Vec<T, N>;
-  const T* __restrict__ gate = static_cast<const T*>(p.gate);
-  const T* __restrict__ value = static_cast<const T*>(p.value);
-  T* __restrict__ out = static_cast<T*>(p.out);
+  constexpr int U = kUnroll<kGated>;
+  const T* gate = static_cast<const T*>(p.gate);
+  const T* value = static_cast<const T*>(p.value);
+  T* out = static_cast<T*>(p.out);
+  act_tail<T, N, K, kGated>(p, gate, value, out);
 
   const int lane = static_cast<int>(threadIdx.x) % p.tpr;
   const int sub = static_cast<int>(threadIdx.x) / p.tpr;
   const int groups = static_cast<int>(blockDim.x) / p.tpr;
-  constexpr int U = kUnroll<kGated>;
-  const int64_t tile_vecs = static_cast<int64_t>(U) * p.tpr;
+  const int64_t tile0 = static_cast<int64_t>(blockIdx.x) * U * p.tpr;
+  const int64_t j0 = tile0 + lane;
+  const int64_t du = static_cast<int64_t>(p.tpr) * N;  // elements between a thread's vectors
 
-  // A single row whose length is not a multiple of N: the last few elements.
-  if (blockIdx.x == 0 && static_cast<int>(threadIdx.x) < p.tail) {
-    const int64_t c = p.nvec * N + threadIdx.x;
-    out[c] = act<T, K, kGated>(gate[c], kGated ? value[c] : gate[c]);
-  }
+  int64_t row = static_cast<int64_t>(blockIdx.y) * groups + sub;
+  const int64_t row_step = static_cast<int64_t>(gridDim.y) * groups;
+  // Offsets in elements: the pointers are formed only for rows that exist.
+  int64_t gi = row * p.in_stride + j0 * N;
+  int64_t oi = row * p.out_stride + j0 * N;
+  const int64_t gstep = row_step * p.in_stride;
+  const int64_t ostep = row_step * p.out_stride;
 
-  for (int64_t w = blockIdx.x; w < p.work; w += gridDim.x) {
-    int64_t rg, tile;
-    if (p.work <= UINT32_MAX) {  // cheap 32-bit division in all but giant launches
-      rg = static_cast<uint32_t>(w) / static_cast<uint32_t>(p.col_tiles);
-    } else {
-      rg = w / p.col_tiles;
-    }
-    tile = w - rg * p.col_tiles;
-    const int64_t row = rg * groups + sub;
-    if (row >= p.rows) continue;
-
-    const T* g = gate + row * p.in_stride;
-    const T* v = value + row * p.in_stride;
-    T* o = out + row * p.out_stride;
-    const int64_t j0 = tile * tile_vecs + lane;
-
-    V gv[U];
-    V vv[kGated ? U : 1];
+  // kFull: the whole tile lies inside the row (every block but a partial last column), so
+  // the loop has no bounds check per vector.
+  auto walk = [&](auto full) {
+    constexpr bool kFull = decltype(full)::value;
+    bool live[U];
 #pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int64_t j = j0 + static_cast<int64_t>(u) * p.tpr;
-      if (j < p.nvec) {
-        gv[u] = V::load(g + j * N);
-        if constexpr (kGated) vv[u] = V::load(v + j * N);
+    for (int u = 0; u < U; ++u) live[u] = kFull || j0 + static_cast<int64_t>(u) * p.tpr < p.nvec;
+    for (; row < p.rows; row += row_step, gi += gstep, oi += ostep) {
+      const T* g = gate + gi;
+      [[maybe_unused]] const T* v = value + gi;
+      T* o = out + oi;
+      V gv[U];
+      [[maybe_unused]] V vv[kGated ? U : 1];
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        if (live[u]) {
+          gv[u] = V::load(g + u * du);
+          if constexpr (kGated) vv[u] = V::load(v + u * du);
+        }
       }
-    }
 #pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int64_t j = j0 + static_cast<int64_t>(u) * p.tpr;
-      if (j < p.nvec) {
-        V r;
-#pragma unroll
-        for (int k = 0; k < N; ++k) {
+      for (int u = 0; u < U; ++u) {
+        if (live[u]) {
           if constexpr (kGated) {
-            r.v[k] = act<T, K, true>(gv[u].v[k], vv[u].v[k]);
+            act_vec<T, N, K, true>(gv[u], vv[u]).store(o + u * du);
           } else {
-            r.v[k] = act<T, K, false>(gv[u].v[k], gv[u].v[k]);
+            act_vec<T, N, K, false>(gv[u], gv[u]).store(o + u * du);
           }
         }
-        r.store(o + j * N);
       }
     }
+  };
+  if (tile0 + static_cast<int64_t>(U) * p.tpr <= p.nvec) {
+    walk(std::true_type{});
+  } else {
+    walk(std::false_type{});
   }
 }
 
@@ -145,7 +173,8 @@ template <bool kGated>
 void launch(ActParams p, int64_t rows, int64_t cols, int vec, const at::Tensor& like,
             GeluKind kind, const char* op) {
   const c10::cuda::CUDAGuard guard(like.device());
-  cudaStream_t stream = c10::cuda::getCurrentCUDAStream(like.device().index()).stream();
+  const int device = like.device().index();
+  cudaStream_t stream = c10::cuda::getCurrentCUDAStream(device).stream();
 
   p.rows = rows;
   p.nvec = cols / vec;
@@ -168,10 +197,14 @@ void launch(ActParams p, int64_t rows, int64_t cols, int vec, const at::Tensor& 
     block = (kBlock / p.tpr) * p.tpr;
   }
   const int64_t groups = block / p.tpr;
-  p.col_tiles = std::max<int64_t>(1, ceil_div(p.nvec, static_cast<int64_t>(U) * p.tpr));
-  p.work = ceil_div(rows, groups) * p.col_tiles;
-  const int64_t max_blocks = static_cast<int64_t>(sm_count(like.device().index())) * kWaves;
-  const unsigned grid = static_cast<unsigned>(std::max<int64_t>(1, std::min(p.work, max_blocks)));
+  const int64_t col_tiles = std::max<int64_t>(1, ceil_div(p.nvec, static_cast<int64_t>(U) * p.tpr));
+  TORCH_CHECK(col_tiles <= INT32_MAX, "ltx_kernels.", op, ": tensor too large");
+  // Down the rows: enough blocks to fill the GPU several times over, at most the grid's
+  // y limit; every block walks on by gridDim.y row groups.
+  const int64_t row_groups = ceil_div(rows, groups);
+  const int64_t want_y = std::max<int64_t>(1, sm_count(device) * kRowBlocks / col_tiles);
+  const dim3 grid(static_cast<unsigned>(col_tiles),
+                  static_cast<unsigned>(std::min({row_groups, want_y, int64_t{65535}})));
 
   dispatch_float(like.scalar_type(), [&](auto tag) {
     using T = typename decltype(tag)::type;

@@ -17,6 +17,7 @@
 #include <type_traits>
 
 #include "../torch-ext/torch_binding.h"
+#include "common/async_copy.cuh"
 #include "common/dispatch.cuh"
 #include "common/reduce.cuh"
 #include "common/vec.cuh"
@@ -288,14 +289,17 @@ __global__ void __launch_bounds__(kMaxRowThreads, 1) adaln_kernel(AdaLnParams p)
 //    (each thread reads back only what it wrote: no barrier), recomputed once per run of
 //    rows instead of once per row (the host sends only mod_run >= 2 here: per-token
 //    modulation stays on adaln_kernel);
-//  - the next row's x is loaded before the current row's reduction (register double
-//    buffer), so its bytes are in flight during the reduction, the barrier and the
-//    arithmetic;
+//  - x of the next `stages - 1` rows of a group is queued with cp.async into shared memory
+//    (common/async_copy.cuh) before the current row's reduction, so their bytes are in
+//    flight during the reduction, the barrier and the arithmetic. (v6 held one next row
+//    in registers: 60 registers, DRAM 52% busy, bytes in flight the limit; 2026-12-03.)
+//    stages is 3 where the shared memory allows it, else 2;
 //  - one dtype throughout (bf16 / fp16): the product and the shift are packed pair ops
 //    (mul_rn / add_rn in common/vec.cuh), each rounded once like eager's ops.
 // Rnd must round 1 + scale to Tm's own precision (FixedRounds<.., RoundOf<Tm>, ..>), so
 // the cached Tm value is exact.
 constexpr int kStreamCached = 2;
+constexpr int kStreamStages = 3;  // rows of x per group in shared memory at most
 
 // CUDA 13.0's ptxas spills 12-24 bytes of this kernel on sm_100 / sm_120 under the bare
 // (512) bound and not with a minimum of one block per SM; on sm_75-sm_90 that minimum costs
@@ -308,14 +312,16 @@ constexpr int kStreamCached = 2;
 
 template <typename Tx, typename Tm, typename To, int N, bool kLayer, class Rnd>
 __global__ void LTX_STREAM_BOUNDS adaln_stream_kernel(AdaLnParams p, int64_t chunk,
-                                                                     int64_t mod_run) {
+                                                     int64_t mod_run, int stages) {
   constexpr int C = kStreamCached;
   // Same half dtype throughout: then the rounding points are x's at each op (Plain form).
   constexpr bool kPacked =
       std::is_same_v<Tx, Tm> && std::is_same_v<Tx, To> && !std::is_same_v<Tx, float>;
   using VX = Vec<Tx, N>;
   using VM = Vec<Tm, N>;
-  extern __shared__ __align__(16) unsigned char mod_smem[];  // per group: C*tpr of 1+scale, then of shift
+  // Per group: C*tpr of 1+scale, then of shift; after all groups', the x stages:
+  // [stage][i][thread] (consecutive threads own consecutive slots: conflict-free).
+  extern __shared__ __align__(16) unsigned char mod_smem[];
   __shared__ float scratch[kMaxWarpsPerBlock];
 
   const int nvec = p.cols / N;
@@ -334,24 +340,43 @@ __global__ void LTX_STREAM_BOUNDS adaln_stream_kernel(AdaLnParams p, int64_t chu
   const int64_t begin = static_cast<int64_t>(blockIdx.x) * chunk;
   const int64_t end = begin + chunk < p.rows ? begin + chunk : p.rows;
 
-  auto load_row = [&](int64_t row, VX (&v)[C]) {
-    if (row >= end) return;
-    const Tx* xr = x + row * p.x_stride;
+  VX* const x_slots = reinterpret_cast<VX*>(mod_smem + 2 * C * blockDim.x * sizeof(VM)) +
+                      threadIdx.x;
+  auto slot = [&](int stage, int i) { return x_slots + (stage * C + i) * blockDim.x; };
+  // Queues x of `row` (if in the chunk) into `stage`; always one commit group.
+  auto queue_row = [&](int64_t row, int stage) {
+    if (row < end) {
+      const Tx* xr = x + row * p.x_stride;
 #pragma unroll
-    for (int i = 0; i < C; ++i) {
-      const int j = lane + i * p.tpr;
-      if (j < nvec) v[i] = VX::load(xr + static_cast<int64_t>(j) * N);
+      for (int i = 0; i < C; ++i) {
+        const int j = lane + i * p.tpr;
+        if (j < nvec) cp_async<sizeof(VX)>(slot(stage, i), xr + static_cast<int64_t>(j) * N);
+      }
     }
+    cp_async_commit();
   };
 
-  VX cur[C], nxt[C];
-  load_row(begin + group, cur);
+  for (int s = 0; s < stages - 1; ++s) queue_row(begin + group + s * groups, s);
+  int stage = 0;           // the current row's stage
+  int fill = stages - 1;   // the stage queued next (read into registers one row ago)
   int64_t run_end = -1;  // the cache holds the modulation of rows < run_end (of this run)
   // Every thread runs the same number of iterations: row_sum needs all of them.
   for (int64_t r0 = begin; r0 < end; r0 += groups) {
     const int64_t row = r0 + group;
     const bool active = row < end;
-    load_row(row + groups, nxt);  // in flight during everything below
+    queue_row(row + (stages - 1) * groups, fill);  // in flight during everything below
+    if (stages == 3) {
+      cp_async_wait<2>();
+    } else {
+      cp_async_wait<1>();
+    }
+    VX cur[C];
+#pragma unroll
+    for (int i = 0; i < C; ++i) {
+      if (active && lane + i * p.tpr < nvec) memcpy(&cur[i], slot(stage, i), sizeof(VX));
+    }
+    stage = stage + 1 == stages ? 0 : stage + 1;
+    fill = fill + 1 == stages ? 0 : fill + 1;
 
     auto elem = [&](int i, int k) { return to_float(cur[i].v[k]); };
     float mean = 0.f;
@@ -416,9 +441,8 @@ __global__ void LTX_STREAM_BOUNDS adaln_stream_kernel(AdaLnParams p, int64_t chu
         }
       }
     }
-#pragma unroll
-    for (int i = 0; i < C; ++i) cur[i] = nxt[i];
   }
+  cp_async_wait<0>();  // only empty groups can remain; leave nothing queued at exit
 }
 
 // ---- gated residual ------------------------------------------------------------------
@@ -503,29 +527,31 @@ __global__ void __launch_bounds__(kMaxRowThreads, 1) gated_residual_kernel(GateP
 
 
 // Launches adaln_stream_kernel on a persistent grid: as many blocks as fit on the GPU at
-// once (occupancy, asked once per block size and device), each over a contiguous chunk of
-// rows (a multiple of the rows per block, so every block but the last is full).
+// once (resident_blocks), each over a contiguous chunk of rows (a multiple of the rows per
+// block, so every block but the last is full). False, launching nothing, when its shared
+// memory would not fit.
 template <typename Tx, typename Tm, typename To, int N, bool kLayer, class Rnd>
-void launch_adaln_stream(const AdaLnParams& p, const RowPlan& l, int64_t mod_run, int device,
+bool launch_adaln_stream(const AdaLnParams& p, const RowPlan& l, int64_t mod_run, int device,
                          cudaStream_t stream) {
   auto kernel = adaln_stream_kernel<Tx, Tm, To, N, kLayer, Rnd>;
-  const size_t smem = static_cast<size_t>(2) * kStreamCached * l.block * sizeof(Vec<Tm, N>);
-  // (block size, device) -> resident blocks per SM; block sizes are powers of two <= 512
-  static int occupancy[64][10] = {};
-  int log2_block = 0;
-  while ((1 << log2_block) < l.block) ++log2_block;
-  int occ = device >= 0 && device < 64 && log2_block < 10 ? occupancy[device][log2_block] : 0;
-  if (occ == 0) {
-    C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, kernel, l.block, smem));
-    occ = std::max(occ, 1);
-    if (device >= 0 && device < 64 && log2_block < 10) occupancy[device][log2_block] = occ;
-  }
+  // Shared memory: the modulation cache, then `stages` rows of x per group. Three stages
+  // where they fit in the 48 KB a block gets without opting in, else two, else the call
+  // stays on adaln_kernel (no such row length in LTX / FLUX / Wan / DiT).
+  const size_t mod_bytes = static_cast<size_t>(2) * kStreamCached * l.block * sizeof(Vec<Tm, N>);
+  const size_t row_bytes = static_cast<size_t>(kStreamCached) * l.block * sizeof(Vec<Tx, N>);
+  constexpr size_t kSmemLimit = 48 * 1024;
+  int stages = kStreamStages;
+  while (stages >= 2 && mod_bytes + stages * row_bytes > kSmemLimit) --stages;
+  if (stages < 2) return false;
+  const size_t smem = mod_bytes + stages * row_bytes;
+  const int occ = resident_blocks(reinterpret_cast<const void*>(kernel), l.block, smem, device);
   const int groups = l.block / l.tpr;
   const int64_t want = std::min<int64_t>(ceil_div(p.rows, groups),
                                          static_cast<int64_t>(sm_count(device)) * occ);
   const int64_t chunk = ceil_div(ceil_div(p.rows, want), groups) * groups;
   const auto grid = static_cast<unsigned>(ceil_div(p.rows, chunk));
-  kernel<<<grid, l.block, smem, stream>>>(p, chunk, mod_run);
+  kernel<<<grid, l.block, smem, stream>>>(p, chunk, mod_run, stages);
+  return true;
 }
 
 }  // namespace
@@ -629,18 +655,15 @@ void adaln_launch(const at::Tensor& out2d, const at::Tensor& x2d, const at::Tens
             // Per-token modulation (a new scale/shift row every row) stays on adaln_kernel:
             // 2026-12-03 bench, bf16 2x8064x2048: 83.0 µs here vs 79 µs there (v5).
             if (p.w != nullptr || mod_run < 2 || p.cols / N > kStreamCached * l.tpr) return false;
-            if (p.layer) {
-              launch_adaln_stream<Tx, Tm, To, N, true, Plain>(p, l, mod_run, device, stream);
-            } else {
-              launch_adaln_stream<Tx, Tm, To, N, false, Plain>(p, l, mod_run, device, stream);
-            }
-            return true;
+            return p.layer
+                       ? launch_adaln_stream<Tx, Tm, To, N, true, Plain>(p, l, mod_run, device, stream)
+                       : launch_adaln_stream<Tx, Tm, To, N, false, Plain>(p, l, mod_run, device, stream);
           } else {
             return false;
           }
         };
         if (try_stream()) {
-          // launched
+          // launched: the streaming kernel
         } else if (p.w == nullptr) {
           if (p.layer) {
             go(std::false_type{}, std::true_type{}, Plain{});

@@ -16,6 +16,32 @@ else
   echo "warning: no .whl/ carried: kernels (needed), Liger and FlashInfer (peers) will be missing" >&2
 fi
 
+# FlashInfer's JIT modules from an earlier call (carry .devcache/, git-ignored): compiling them
+# beside our build tripled its time (2026-12-04: 150 s vs 43 s alone). save_peer_cache puts
+# the cache into $OUT; copy it to .devcache/ here and carry that folder in later calls.
+FI_CACHE_TGZ=.devcache/flashinfer_cache.tgz
+if [ -f "$FI_CACHE_TGZ" ] && [ ! -d "$HOME/.cache/flashinfer" ]; then
+  tar -xzf "$FI_CACHE_TGZ" -C "$HOME" && echo "restored FlashInfer JIT cache from $FI_CACHE_TGZ" >&2
+fi
+save_peer_cache() {
+  [ -d "$HOME/.cache/flashinfer" ] || return 0
+  tar -czf "$OUT/flashinfer_cache.tgz" -C "$HOME" .cache/flashinfer
+  local size
+  size=$(stat -c %s "$OUT/flashinfer_cache.tgz")
+  if [ "$size" -gt 15000000 ]; then
+    echo "FlashInfer cache ${size} B: too large to bring back, dropped" >&2
+    rm -f "$OUT/flashinfer_cache.tgz"
+  fi
+}
+
+# bundle_logs FILE...: moves the named files of $OUT (those that exist) into $OUT/logs.tgz.
+bundle_logs() {
+  local have=() f
+  for f in "$@"; do [ -f "$OUT/$f" ] && have+=("$f"); done
+  [ ${#have[@]} -gt 0 ] || return 0
+  tar -czf "$OUT/logs.tgz" -C "$OUT" "${have[@]}" && (cd "$OUT" && rm -f "${have[@]}")
+}
+
 device_env() {
   date -u
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv,noheader

@@ -20,6 +20,7 @@ python3 tools/build.py --backend cuda --arch "$LTX_ARCH" -j 14 > "$OUT/build_cud
   || { tail -40 "$OUT/build_cuda.log"; exit 1; }
 wait
 echo "build done at ${SECONDS}s"
+save_peer_cache
 grep -E "registers|spill" "$OUT/build_cuda.log" | head -5
 
 SO=$(ls build/*-cu1*/_ltx_kernels_*.so | head -1)
@@ -45,3 +46,5 @@ if [ "$left" -gt 40 ]; then
   echo "pytest rc=$? at ${SECONDS}s"
   tail -30 "$OUT/pytest.log"
 fi
+# The device tool brings back 8 files: the logs go back as one archive.
+bundle_logs env.txt warm_peers.log build_cuda.log sass.txt sass_mix.txt bench.log

@@ -4,7 +4,8 @@
 # expression) with Nsight Compute at the LTX-Video shape. Counters, not times: the times
 # are bench_ops.py's. $OUT/ncu_<dtype>.txt: one report per kernel launch profiled.
 #   LTX_PROF_OPS (default adaln,gated_residual,rmsnorm), LTX_PROF_DTYPES (bfloat16,float16),
-#   LTX_PROF_TIMEOUT (seconds per dtype, default 240), LTX_PROF_LAUNCHES (default 16)
+#   LTX_PROF_TIMEOUT (seconds per dtype, default 240), LTX_PROF_LAUNCHES (default 16),
+#   LTX_PROF_KERNELS (ncu kernel-name regex, default 'adaln|gated|rms|triton')
 set -uo pipefail
 source "$(dirname "$0")/device_common.sh"
 if [ ! -d build ] || [ -z "$(ls build 2>/dev/null)" ] || [ "${LTX_REBUILD:-0}" = 1 ]; then
@@ -19,7 +20,7 @@ SECTIONS=(--section SpeedOfLight --section Occupancy --section LaunchStats
 for dt in $(echo "${LTX_PROF_DTYPES:-bfloat16,float16}" | tr , ' '); do
   # profile_ops.py launches each kernel twice per op (ours, then inductor's): both reports kept.
   LOCAL_KERNELS=org/ltx-kernels=$PWD timeout "${LTX_PROF_TIMEOUT:-240}" "$NCU" --clock-control none \
-    "${SECTIONS[@]}" --kernel-name-base demangled --kernel-name 'regex:adaln|gated|rms|triton' \
+    "${SECTIONS[@]}" --kernel-name-base demangled --kernel-name "regex:${LTX_PROF_KERNELS:-adaln|gated|rms|triton}" \
     --launch-skip 0 --launch-count "${LTX_PROF_LAUNCHES:-16}" \
     python3 benchmarks/profile_ops.py --compile --dtypes "$dt" \
       --ops "${LTX_PROF_OPS:-adaln,gated_residual,rmsnorm}" > "$OUT/ncu_$dt.txt" 2>&1

@@ -14,6 +14,9 @@
 #include <algorithm>
 #include <cstdint>
 #include <initializer_list>
+#include <map>
+#include <mutex>
+#include <tuple>
 
 #include "vec.cuh"
 
@@ -87,6 +90,38 @@ inline int sm_count(int device) {
     C10_CUDA_CHECK(cudaDeviceGetAttribute(&counts[device], cudaDevAttrMultiProcessorCount, device));
   }
   return counts[device];
+}
+
+// Compute capability major of a device, queried once per device.
+inline int cc_major(int device) {
+  static int majors[64] = {};
+  if (device < 0 || device >= 64) return 0;
+  if (majors[device] == 0) {
+    C10_CUDA_CHECK(
+        cudaDeviceGetAttribute(&majors[device], cudaDevAttrComputeCapabilityMajor, device));
+  }
+  return majors[device];
+}
+
+// Blocks of `block` threads and `smem` dynamic shared bytes of `kernel` resident per SM at
+// once (at least 1), asked of the runtime once per (kernel, block, smem, device): persistent
+// grids size themselves with it, and the occupancy query is too slow for every launch.
+inline int resident_blocks(const void* kernel, int block, size_t smem, int device) {
+  using Key = std::tuple<const void*, int, size_t, int>;
+  static std::mutex mu;
+  static std::map<Key, int> known;
+  const Key key{kernel, block, smem, device};
+  {
+    const std::lock_guard<std::mutex> lock(mu);
+    const auto it = known.find(key);
+    if (it != known.end()) return it->second;
+  }
+  int occ = 0;
+  C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, kernel, block, smem));
+  occ = std::max(occ, 1);
+  const std::lock_guard<std::mutex> lock(mu);
+  known[key] = occ;
+  return occ;
 }
 
 inline int pow2_ceil(int64_t v) {

@@ -149,10 +149,24 @@ struct alignas(sizeof(T) * N) Vec {
     memcpy(&out, &raw, sizeof(raw));
     return out;
   }
+  // 16- and 8-byte stores are written as one st.global.v4/v2 in PTX: from a plain uint4
+  // assignment NVVM emitted four st.global.v2.u16 per 16 bytes when the Vec came from
+  // packed pairs (activation kernels, nvcc 13, 2026-12-04: four STG.E per vector in SASS).
+  // The "memory" clobber keeps the compiler from moving other accesses across it, as it
+  // would not move a plain store (in-place calls read and write the same addresses).
   __device__ __forceinline__ void store(T* p) const {
     Raw raw;
     memcpy(&raw, this, sizeof(raw));
-    *reinterpret_cast<Raw*>(p) = raw;
+    if constexpr (kBytes == 16) {
+      asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"l"(p), "r"(raw.x), "r"(raw.y),
+                   "r"(raw.z), "r"(raw.w)
+                   : "memory");
+    } else if constexpr (kBytes == 8) {
+      asm volatile("st.global.v2.b32 [%0], {%1, %2};\n" ::"l"(p), "r"(raw.x), "r"(raw.y)
+                   : "memory");
+    } else {
+      *reinterpret_cast<Raw*>(p) = raw;
+    }
   }
 };
 
