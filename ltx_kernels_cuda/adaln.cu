@@ -535,11 +535,12 @@ bool launch_adaln_stream(const AdaLnParams& p, const RowPlan& l, int64_t mod_run
                          cudaStream_t stream) {
   auto kernel = adaln_stream_kernel<Tx, Tm, To, N, kLayer, Rnd>;
   // Shared memory: the modulation cache, then `stages` rows of x per group. Three stages
-  // where they fit in the 48 KB a block gets without opting in, else two, else the call
-  // stays on adaln_kernel (no such row length in LTX / FLUX / Wan / DiT).
+  // where they fit in the 48 KB a block gets without opting in (less the kernel's static
+  // reduction scratch), else two (D = 5120 bf16), else the call stays on adaln_kernel
+  // (D = 6144 and 8192 bf16: no LTX / FLUX / Wan / DiT width).
   const size_t mod_bytes = static_cast<size_t>(2) * kStreamCached * l.block * sizeof(Vec<Tm, N>);
   const size_t row_bytes = static_cast<size_t>(kStreamCached) * l.block * sizeof(Vec<Tx, N>);
-  constexpr size_t kSmemLimit = 48 * 1024;
+  constexpr size_t kSmemLimit = 48 * 1024 - kMaxWarpsPerBlock * sizeof(float);
   int stages = kStreamStages;
   while (stages >= 2 && mod_bytes + stages * row_bytes > kSmemLimit) --stages;
   if (stages < 2) return false;

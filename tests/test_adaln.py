@@ -324,10 +324,11 @@ def test_hidden_sizes(device, d):
 
 # Many rows with broadcast modulation: the CUDA path for [B, 1, D] / [B, F, 1, D] runs
 # persistent blocks over contiguous row chunks, caches 1 + scale and shift per thread
-# and prefetches the next row; small shapes give every block one row only, so these
-# shapes make chunks of many rows that cross batch / frame boundaries, odd row counts
-# (a short last chunk and idle groups), short rows (many rows per block) and the widest
-# row that path takes (D = 8192 bf16: 512 threads x 2 vectors).
+# and queues the next rows' x with cp.async (3 row stages, or 2 where 3 would pass 48 KB
+# of shared memory: D = 5120 bf16, Wan's width); small shapes give every block one row
+# only, so these shapes make chunks of many rows that cross batch / frame boundaries, odd
+# row counts (a short last chunk and idle groups), short rows (many rows per block) and a
+# row too wide for the streaming kernel's shared memory (D = 8192 bf16: adaln_kernel).
 MANY_ROWS = [
     ((2, 8064, 2048), BF16, "b1d"),
     ((3, 4099, 1024), torch.float16, "b1d"),
@@ -335,6 +336,7 @@ MANY_ROWS = [
     ((2, 5, 577, 256), BF16, "bf1d"),
     ((3, 2311, 128), BF16, "b1d"),
     ((2, 1031, 8192), BF16, "b1d"),
+    ((2, 777, 5120), BF16, "b1d"),
     ((5000, 2048), BF16, "d"),
 ]
 
