@@ -125,12 +125,10 @@ def compare(out, ref, noise_ref, min_cos=0.9999):
     finite = bool(torch.isfinite(o).all())
     cos = torch.nn.functional.cosine_similarity(o, r, dim=0).item()
     diff = (o - r).abs().max().item()
-    noise = cos_bound = None
+    noise, bound = None, min_cos
     if noise_ref is not None:
-        n = noise_ref.detach().double().flatten().cpu()
-        noise = (r - n).abs().max().item()
-        cos_bound = min(min_cos, torch.nn.functional.cosine_similarity(r, n, dim=0).item())
-    bound = min_cos if cos_bound is None else cos_bound
+        noise = (r - noise_ref.detach().double().flatten().cpu()).abs().max().item()
+        bound = min(min_cos, noise_self_check(ref, noise_ref))
     ok = finite and cos >= bound and (noise is None or diff <= noise)
     return {"pass": ok, "cos": cos, "max_abs": diff, "noise": noise, "cos_bound": bound,
             "finite": finite}

@@ -89,9 +89,8 @@ __device__ __forceinline__ void act_tail(const ActParams& p, const T* gate, cons
   }
 }
 
-// One vector of output from one vector of gate (and value). Narrowed through
-// pack_from_float and stored with Vec::store: built element by element, the vector was
-// stored as four 32-bit STG.E per 16 bytes (nvcc 13, sm_90 SASS, 2026-12-04).
+// One vector of output from one vector of gate (and value), narrowed in pairs
+// (pack_from_float: one conversion per two elements).
 template <typename T, int N, GeluKind K, bool kGated>
 __device__ __forceinline__ Vec<T, N> act_vec(const Vec<T, N>& gv, const Vec<T, N>& vv) {
   float r[N];

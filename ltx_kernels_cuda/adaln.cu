@@ -365,6 +365,7 @@ __global__ void LTX_STREAM_BOUNDS adaln_stream_kernel(AdaLnParams p, int64_t chu
     const int64_t row = r0 + group;
     const bool active = row < end;
     queue_row(row + (stages - 1) * groups, fill);  // in flight during everything below
+    static_assert(kStreamStages == 3, "the waits below name each stage count");
     if (stages == 3) {
       cp_async_wait<2>();
     } else {

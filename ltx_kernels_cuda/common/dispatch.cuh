@@ -92,17 +92,6 @@ inline int sm_count(int device) {
   return counts[device];
 }
 
-// Compute capability major of a device, queried once per device.
-inline int cc_major(int device) {
-  static int majors[64] = {};
-  if (device < 0 || device >= 64) return 0;
-  if (majors[device] == 0) {
-    C10_CUDA_CHECK(
-        cudaDeviceGetAttribute(&majors[device], cudaDevAttrComputeCapabilityMajor, device));
-  }
-  return majors[device];
-}
-
 // Blocks of `block` threads and `smem` dynamic shared bytes of `kernel` resident per SM at
 // once (at least 1), asked of the runtime once per (kernel, block, smem, device): persistent
 // grids size themselves with it, and the occupancy query is too slow for every launch.
