@@ -1,10 +1,14 @@
 // RMSNorm forward on CUDA.
 //
-// One group of `tpr` threads per row (tpr = 1..1024, a power of two; several
-// rows per block when tpr < block size). Each thread keeps up to kCached
-// vectors of its row in registers, so x is read from memory once; rows longer
-// than tpr * kCached vectors re-read the remainder in the second pass. Sum of
-// squares in fp32, rounding points given by `mid` (see torch_binding.h).
+// Two kernels. rms_norm_direct_kernel takes the common call (x, weight and out of one
+// dtype, 16-byte vectors, D <= 8192 half / 4096 fp32). rms_norm_kernel takes every other
+// one (mixed dtypes, narrow vectors, long rows): one group of `tpr` threads per row
+// (tpr = 1..512, a power of two; several rows per block when tpr < block size), each
+// thread keeping up to kCached vectors of its row in registers, so x is read from memory
+// once; rows longer than tpr * kCached vectors re-read the remainder in the second pass.
+// Sum of squares in fp32, rounding points given by `mid` (see torch_binding.h).
+#include <cstdlib>
+#include <cstring>
 #include <type_traits>
 
 #include "../torch-ext/torch_binding.h"
@@ -122,6 +126,121 @@ __global__ void rms_norm_kernel(RmsNormParams p) {
   }
 }
 
+// ---- one-dtype kernel --------------------------------------------------------------
+//
+// x, weight and out of one dtype T with 16-byte vectors and rows of at most
+// 4 * kBlock vectors (D <= 8192 bf16 / fp16, 4096 fp32): every LTX, FLUX, Wan, DiT and
+// Llama width, and the per-head q/k norms. C vectors of a row per thread, loaded straight
+// into registers before the reduction; C = 4 for rows of >= 128 vectors, else 2 (per-head
+// rows of 8-16 vectors: more rows per block). Registers are capped so that 4 (C = 4) or
+// 6 (C = 2) blocks of 256 threads fit an SM: 64 KB of x in flight per SM either way.
+// No loop over the rest of a row and no run-time rounding kind, unlike rms_norm_kernel.
+//
+// Measured against the alternatives in one process (benchmarks/ab_kernels.py, H200,
+// 2026-12-04, RESULTS.md): rms_norm_kernel (C = 4, 79 registers, 3 blocks per SM) and
+// this kernel with C = 1, 2, 8, and a persistent kernel that queued the next rows into
+// shared memory with cp.async (3 stages; chunked or strided row order). This one was
+// fastest at every shape but the per-head ones (C = 2 there, as chosen here); the cp.async
+// kernel was 7-17% slower than it at D >= 2048.
+
+// Blocks of kBlock threads per SM the register cap aims for (sm_75 holds 1024 threads per
+// SM, so at most 4 there).
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+template <int C>
+constexpr int kDirectMinBlocks = 4;
+#else
+template <int C>
+constexpr int kDirectMinBlocks = C >= 4 ? 4 : 6;
+#endif
+
+template <typename T, int kMid, int C>
+__global__ void __launch_bounds__(kBlock, kDirectMinBlocks<C>) rms_norm_direct_kernel(RmsNormParams p) {
+  constexpr int N = 16 / static_cast<int>(sizeof(T));
+  constexpr Round kM = static_cast<Round>(kMid);
+  // round(x * inv) to T, then a product in T rounded once: one packed multiply per pair
+  // (mul_rn, common/vec.cuh).
+  constexpr bool kPackedMul = !std::is_same_v<T, float> && kM == RoundOf<T>::value;
+  using V = Vec<T, N>;
+  __shared__ float scratch[kMaxWarpsPerBlock];
+  const T* x = static_cast<const T*>(p.x);
+  const T* w = static_cast<const T*>(p.w);
+  T* out = static_cast<T*>(p.out);
+  const int nvec = p.cols / N;
+  const int lane = threadIdx.x % p.tpr;
+  const int groups = blockDim.x / p.tpr;
+  const float inv_cols = 1.0f / static_cast<float>(p.cols);
+  // Every thread runs the same number of iterations: row_sum needs all of them.
+  for (int64_t base = static_cast<int64_t>(blockIdx.x) * groups; base < p.rows;
+       base += static_cast<int64_t>(gridDim.x) * groups) {
+    const int64_t row = base + threadIdx.x / p.tpr;
+    const bool active = row < p.rows;
+    const T* xr = x + (active ? row : 0) * p.x_stride;
+    V cur[C];
+#pragma unroll
+    for (int i = 0; i < C; ++i) {
+      const int j = lane + i * p.tpr;
+      if (active && j < nvec) cur[i] = V::load(xr + j * N);
+    }
+    float ss = 0.f;
+#pragma unroll
+    for (int i = 0; i < C; ++i) {
+      if (active && lane + i * p.tpr < nvec) {
+#pragma unroll
+        for (int k = 0; k < N; ++k) {
+          const float f = to_float(cur[i].v[k]);
+          ss += f * f;
+        }
+      }
+    }
+    ss = row_sum(ss, p.tpr, scratch);
+    const float inv = rsqrtf(ss * inv_cols + p.eps);
+    if (!active) continue;
+    T* orow = out + row * p.out_stride;
+#pragma unroll
+    for (int i = 0; i < C; ++i) {
+      const int j = lane + i * p.tpr;
+      if (j >= nvec) continue;
+      float o[N];
+#pragma unroll
+      for (int k = 0; k < N; ++k) o[k] = to_float(cur[i].v[k]) * inv;
+      if constexpr (kPackedMul) {
+        const V n = pack_from_float<T, N>(o);
+        (w != nullptr ? mul_rn(n, V::load(w + j * N)) : n).store(orow + j * N);
+      } else {
+        if (w != nullptr) {
+          const V wv = V::load(w + j * N);
+          round_all<kM>(o);
+#pragma unroll
+          for (int k = 0; k < N; ++k) o[k] *= to_float(wv.v[k]);
+        }
+        pack_from_float<T, N>(o).store(orow + j * N);
+      }
+    }
+  }
+}
+
+// Launches rms_norm_direct_kernel for a call it takes (16-byte vectors, rows of at most
+// 4 * kBlock vectors); false, launching nothing, otherwise.
+template <typename T, int kMid>
+bool launch_rms_norm_direct(RmsNormParams p, int vec, int device, cudaStream_t stream) {
+  constexpr int N = 16 / static_cast<int>(sizeof(T));
+  const int64_t nvec = p.cols / vec;
+  if (vec != N || nvec > 4LL * kBlock) return false;
+  const int cache = nvec >= 128 ? 4 : 2;
+  p.tpr = pow2_ceil(ceil_div(nvec, cache));
+  const int64_t groups = kBlock / p.tpr;
+  // A grid-stride loop covers rows beyond the grid; 64 blocks per SM is plenty to balance.
+  const auto grid = static_cast<unsigned>(
+      std::min(ceil_div(p.rows, groups), static_cast<int64_t>(sm_count(device)) * 64));
+  if (cache == 4) {
+    rms_norm_direct_kernel<T, kMid, 4><<<grid, kBlock, 0, stream>>>(p);
+  } else {
+    rms_norm_direct_kernel<T, kMid, 2><<<grid, kBlock, 0, stream>>>(p);
+  }
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  return true;
+}
+
 // Valid (x, weight, out) dtype triples: out is x's, weight's, or fp32.
 template <typename Tx, typename Tw, typename To>
 constexpr bool kValidTriple =
@@ -207,6 +326,25 @@ void rms_norm_launch(const at::Tensor& out2d, const at::Tensor& x2d,
     kernel<<<grid, block, 0, stream>>>(p);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   };
+
+  // One dtype throughout: rms_norm_direct_kernel where it takes the call.
+  // LTX_KERNELS_RMS_KERNEL=row (read per call) sends every call to rms_norm_kernel: a
+  // developer's A/B switch for timing both in one process (benchmarks/ab_kernels.py).
+  const char* pick = std::getenv("LTX_KERNELS_RMS_KERNEL");
+  const bool row_only = pick != nullptr && std::strcmp(pick, "row") == 0;
+  if (!row_only && w_dtype == x2d.scalar_type() && out2d.scalar_type() == x2d.scalar_type()) {
+    bool done = false;
+    dispatch_float(x2d.scalar_type(), [&](auto t) {
+      using T = typename decltype(t)::type;
+      constexpr int kOwn = static_cast<int>(RoundOf<T>::value);
+      if (mid == Round::kNone) {
+        done = launch_rms_norm_direct<T, 0>(p, vec, device, stream);
+      } else if constexpr (kOwn != 0) {
+        if (static_cast<int>(mid) == kOwn) done = launch_rms_norm_direct<T, kOwn>(p, vec, device, stream);
+      }
+    });
+    if (done) return;
+  }
 
   dispatch_float(x2d.scalar_type(), [&](auto xt) {
     using Tx = typename decltype(xt)::type;

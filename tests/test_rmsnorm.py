@@ -154,6 +154,25 @@ def test_matches_module(device, d, x_dtype, semantics, w_dtype):
         assert_ulp(out, once, max_ulp=1, what="vs round-once")
 
 
+@requires_gpu
+@pytest.mark.parametrize("rows,d", [(4099, 8192), (2051, 4096), (5003, 2048), (40000, 128), (777, 5120)])
+@pytest.mark.parametrize("x_dtype", DTYPES)
+@pytest.mark.parametrize("semantics,with_weight", [("diffusers", False), ("diffusers", True), ("llama", True), ("torch", True)])
+def test_one_dtype_kernel_many_rows(rows, d, x_dtype, semantics, with_weight):
+    """rms_norm_direct_kernel (one dtype, 16-byte vectors, D <= 8192) over thousands of
+    rows: 2 and 4 vectors per thread, the widest row it takes, a row that leaves threads
+    idle in its last vector (D = 5120), every rounding form; out poisoned with NaN.
+    (test_many_rows_grid_stride covers its grid-stride loop.)"""
+    x = torch.randn(rows, d, device="cuda").to(x_dtype)
+    w = make_weight(d, x_dtype if with_weight else None, "cuda")
+    module = MODULES[semantics][0](d, 1e-6, w)
+    with torch.no_grad():
+        expected = module(x)
+    out = torch.full_like(expected, float("nan"))
+    kernel.rmsnorm(x, w, 1e-6, semantics=semantics, out=out)
+    assert_matches_module(out, expected, mid_dtype(x_dtype, x_dtype if with_weight else None, semantics), f"{rows}x{d}")
+
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_torch_eps_none_is_float32_epsilon(device):
     x = torch.randn(8, 256, device=device, dtype=torch.bfloat16) * 1e-4

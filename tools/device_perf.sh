@@ -5,7 +5,9 @@
 # Nsight Compute counters (tools/device_profile.sh, bf16), then the GPU test suite
 # with whatever time is left (LTX_PERF_TESTS: a pytest -k expression, default all).
 # Each stage has its own timeout so the results of the earlier ones always come back.
-#   LTX_PERF_OPS (default adaln,gated_residual,rmsnorm), LTX_PERF_BENCH_S (default 150)
+#   LTX_PERF_OPS (default adaln,gated_residual,rmsnorm), LTX_PERF_BENCH_S (default 150),
+#   LTX_PERF_NCU (default 1: Nsight Compute stage), LTX_PERF_AB (default 0; 1: the A/B table of
+#   benchmarks/ab_kernels.py after the bench)
 set -uo pipefail
 source "$(dirname "$0")/device_common.sh"
 export FLASHINFER_USE_CUDA_NORM=1
@@ -34,10 +36,19 @@ timeout "${LTX_PERF_BENCH_S:-150}" python3 benchmarks/bench_ops.py --out "$OUT" 
 echo "bench rc=$? at ${SECONDS}s"
 sed -n '/### Summary/,/### All/p' "$OUT/results.md" 2>/dev/null | head -60
 
-# the build is there, so device_profile.sh only profiles
-LTX_PROF_DTYPES=bfloat16 LTX_PROF_OPS="$OPS" LTX_PROF_TIMEOUT=100 LTX_PROF_LAUNCHES=12 \
-  bash tools/device_profile.sh | head -80
-echo "ncu done at ${SECONDS}s"
+if [ "${LTX_PERF_AB:-0}" = 1 ]; then
+  # our kernel variants and peers back to back, both cold-L2 methods (benchmarks/ab_kernels.py)
+  timeout 150 python3 benchmarks/ab_kernels.py --rounds 3 > "$OUT/ab.txt" 2>&1
+  echo "ab rc=$? at ${SECONDS}s"
+  grep -v Warning "$OUT/ab.txt" | tail -60
+fi
+
+if [ "${LTX_PERF_NCU:-1}" = 1 ]; then
+  # the build is there, so device_profile.sh only profiles
+  LTX_PROF_DTYPES=bfloat16 LTX_PROF_OPS="$OPS" LTX_PROF_TIMEOUT=100 LTX_PROF_LAUNCHES=12 \
+    bash tools/device_profile.sh | head -80
+  echo "ncu done at ${SECONDS}s"
+fi
 
 left=$(( LIMIT - SECONDS ))
 if [ "$left" -gt 40 ]; then
