@@ -56,6 +56,31 @@ __device__ __forceinline__ void normalize_store(const VX v, const Tw* w, To* oro
   pack_from_float<To, N>(o).store(orow + j * N);
 }
 
+// Loads a thread's first C vectors of a row into `cache` (vector j = lane + i * tpr; none
+// for an inactive row or past the row's end) and returns their fp32 sum of squares, all
+// loads issued before the first sum. Both kernels use it, so they add in the same order.
+template <int C, typename T, int N>
+__device__ __forceinline__ float load_cached_sum(Vec<T, N> (&cache)[C], const T* xr, int lane,
+                                                 int tpr, int nvec, bool active) {
+#pragma unroll
+  for (int i = 0; i < C; ++i) {
+    const int j = lane + i * tpr;
+    if (active && j < nvec) cache[i] = Vec<T, N>::load(xr + j * N);
+  }
+  float ss = 0.f;
+#pragma unroll
+  for (int i = 0; i < C; ++i) {
+    if (active && lane + i * tpr < nvec) {
+#pragma unroll
+      for (int k = 0; k < N; ++k) {
+        const float f = to_float(cache[i].v[k]);
+        ss += f * f;
+      }
+    }
+  }
+  return ss;
+}
+
 // Threads per row stop at 512 (no __launch_bounds__: forcing 1024 threads caps
 // registers at 64 and spills on sm_100); the launch also respects the compiled
 // kernel's own thread limit. Rows longer than 512 * kCached vectors (16K bf16
@@ -86,23 +111,7 @@ __global__ void rms_norm_kernel(RmsNormParams p) {
     To* orow = out + (active ? row : 0) * p.out_stride;
 
     VX cache[kCached];
-    float ss = 0.f;
-#pragma unroll
-    for (int i = 0; i < kCached; ++i) {
-      const int j = lane + i * p.tpr;
-      if (active && j < nvec) cache[i] = VX::load(xr + j * N);
-    }
-#pragma unroll
-    for (int i = 0; i < kCached; ++i) {
-      const int j = lane + i * p.tpr;
-      if (active && j < nvec) {
-#pragma unroll
-        for (int k = 0; k < N; ++k) {
-          const float f = to_float(cache[i].v[k]);
-          ss += f * f;
-        }
-      }
-    }
+    float ss = load_cached_sum(cache, xr, lane, p.tpr, nvec, active);
     for (int j = lane + kCached * p.tpr; active && j < nvec; j += p.tpr) {
       const VX v = VX::load(xr + j * N);
 #pragma unroll
@@ -176,22 +185,7 @@ __global__ void __launch_bounds__(kBlock, kDirectMinBlocks<C>) rms_norm_direct_k
     const bool active = row < p.rows;
     const T* xr = x + (active ? row : 0) * p.x_stride;
     V cur[C];
-#pragma unroll
-    for (int i = 0; i < C; ++i) {
-      const int j = lane + i * p.tpr;
-      if (active && j < nvec) cur[i] = V::load(xr + j * N);
-    }
-    float ss = 0.f;
-#pragma unroll
-    for (int i = 0; i < C; ++i) {
-      if (active && lane + i * p.tpr < nvec) {
-#pragma unroll
-        for (int k = 0; k < N; ++k) {
-          const float f = to_float(cur[i].v[k]);
-          ss += f * f;
-        }
-      }
-    }
+    float ss = load_cached_sum(cur, xr, lane, p.tpr, nvec, active);
     ss = row_sum(ss, p.tpr, scratch);
     const float inv = rsqrtf(ss * inv_cols + p.eps);
     if (!active) continue;
