@@ -646,7 +646,7 @@ class Timer:
     instead, which leaves up to L2's size of dirty lines that the timed call then pays to
     write back: 3-7 µs on every implementation at the 67-270 MB shapes (2026-12-04, H200,
     benchmarks/ab_kernels.py, both methods side by side; RESULTS.md), which the 2 GiB copy
-    that sets the ceiling amortises. Until 2026-12-04 15:43 RESULTS.md used do_bench's."""
+    that sets the ceiling amortises. RESULTS.md sections before 2026-12-04 17:33 used do_bench's."""
 
     def __init__(self, device, smoke):
         self.device = device
