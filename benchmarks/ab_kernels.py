@@ -34,7 +34,7 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_ops import FLUSH_BYTES, cold_l2_us, load_kernel  # noqa: E402
+from bench_ops import Timer, cold_l2_us, load_kernel, ref_rms_diffusers, ref_rms_llama  # noqa: E402
 
 
 # Our variants: the environment each is called under (the launchers read these per call).
@@ -67,11 +67,10 @@ def main(argv=None):
 
     k = load_kernel("cuda")
     dev = "cuda"
-    flush_buf = torch.empty(FLUSH_BYTES // 4, device=dev, dtype=torch.float32).fill_(1.0)
-    sink = torch.empty((), device=dev)
+    timer = Timer(dev, smoke=False)
     methods = {
-        "zero": lambda: flush_buf.zero_(),
-        "clean": lambda: torch.sum(flush_buf, dim=0, out=sink),
+        "zero": lambda: timer.flush_buf.zero_(),  # do_bench's flush (its values are never read)
+        "clean": timer.flush,  # bench_ops'
     }
     g = torch.Generator(device=dev).manual_seed(0)
     cases = []  # (name, x, w, semantics)
@@ -102,10 +101,8 @@ def main(argv=None):
                 "copy (same bytes)": lambda: dst.copy_(x),
             })
             if not args.no_compile:
-                def ref(x, w):
-                    y = (x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + 1e-6)).to(x.dtype)
-                    return y if w is None else y * w
-                impls["compile"] = (lambda c: (lambda: c(x, w)))(torch.compile(ref, dynamic=False))
+                ref = {"diffusers": ref_rms_diffusers, "llama": ref_rms_llama}[sem]
+                impls["compile"] = (lambda c: (lambda: c(x, w, 1e-6)))(torch.compile(ref, dynamic=False))
             for iname, fn in impls.items():
                 for mname, flush in methods.items():
                     t = cold_l2_us(fn, flush)

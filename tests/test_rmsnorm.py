@@ -163,14 +163,15 @@ def test_one_dtype_kernel_many_rows(rows, d, x_dtype, semantics, with_weight):
     rows: 2 and 4 vectors per thread, the widest row it takes, a row that leaves threads
     idle in its last vector (D = 5120), every rounding form; out poisoned with NaN.
     (test_many_rows_grid_stride covers its grid-stride loop.)"""
+    w_dtype = x_dtype if with_weight else None
     x = torch.randn(rows, d, device="cuda").to(x_dtype)
-    w = make_weight(d, x_dtype if with_weight else None, "cuda")
+    w = make_weight(d, w_dtype, "cuda")
     module = MODULES[semantics][0](d, 1e-6, w)
     with torch.no_grad():
         expected = module(x)
     out = torch.full_like(expected, float("nan"))
     kernel.rmsnorm(x, w, 1e-6, semantics=semantics, out=out)
-    assert_matches_module(out, expected, mid_dtype(x_dtype, x_dtype if with_weight else None, semantics), f"{rows}x{d}")
+    assert_matches_module(out, expected, mid_dtype(x_dtype, w_dtype, semantics), f"{rows}x{d}")
 
 
 @pytest.mark.parametrize("device", DEVICES)
