@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""A/B timing of two kernels for one op in one process, under two cold-L2 methods.
+"""A/B timing of our kernel variants for one op against its peers, in one process.
 
-    python benchmarks/ab_kernels.py [--rounds 3]
+    python benchmarks/ab_kernels.py [--op rmsnorm|adaln] [--rounds 3] [--methods clean,zero]
 
 Why: single bench_ops.py runs on the device moved peers by up to 2x between calls
 (2026-12-03/04: Liger rmsnorm 30 -> 96 µs, compile 39 -> 51 µs at one shape), so a
@@ -18,10 +18,12 @@ Two cold-L2 methods, side by side:
 Each method: bench_ops.cold_l2_us (median of per-call CUDA-event times); bench_ops.py
 times with the clean one since 2026-12-04.
 
-Our variants are the same op called under the environment VARIANTS names (the launcher
-reads LTX_KERNELS_RMS_KERNEL per call: "row" forces rms_norm_kernel; candidates under test
-get their own values while an experiment runs). A size-matched copy (x's bytes read, the
-same written) is timed too.
+Our variants are the same op called under the environment each op's VARIANTS names (the
+launchers read these per call: LTX_KERNELS_RMS_KERNEL=row forces rms_norm_kernel,
+LTX_KERNELS_ADALN_KERNEL=row the kernels before adaln_direct_kernel and early / late when
+that one loads scale/shift). Every variant's output is checked against the eager reference
+before it is timed (a variant that disagrees is reported and not timed). A copy of the
+same bytes (the call's bytes read, the same written) is timed too.
 """
 
 from __future__ import annotations
@@ -34,13 +36,21 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_ops import Timer, cold_l2_us, load_kernel, ref_rms_diffusers, ref_rms_llama  # noqa: E402
+from bench_ops import (Timer, cold_l2_us, load_kernel, ref_adaln_layer, ref_adaln_rms,  # noqa: E402
+                       ref_rms_diffusers, ref_rms_llama)
 
-
-# Our variants: the environment each is called under (the launchers read these per call).
+# Our variants per op: the environment each is called under.
 VARIANTS = {
-    "ours": {},
-    "ours (row kernel)": {"LTX_KERNELS_RMS_KERNEL": "row"},
+    "rmsnorm": {
+        "ours": {},
+        "ours (row kernel)": {"LTX_KERNELS_RMS_KERNEL": "row"},
+    },
+    "adaln": {
+        "ours": {},
+        "ours (direct, early mod)": {"LTX_KERNELS_ADALN_KERNEL": "early"},
+        "ours (direct, late mod)": {"LTX_KERNELS_ADALN_KERNEL": "late"},
+        "ours (row/stream kernels)": {"LTX_KERNELS_ADALN_KERNEL": "row"},
+    },
 }
 
 
@@ -49,7 +59,7 @@ def with_env(fn, env):
         old = {n: os.environ.get(n) for n in env}
         os.environ.update(env)
         try:
-            fn()
+            return fn()
         finally:
             for n, v in old.items():
                 if v is None:
@@ -59,30 +69,97 @@ def with_env(fn, env):
     return run
 
 
-def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--no-compile", action="store_true")
-    args = ap.parse_args(argv)
+class Case:
+    """One shape: our call (out= a preallocated buffer), the eager reference expression
+    (compiled too unless --no-compile), optional peers, and the bytes it moves."""
 
-    k = load_kernel("cuda")
-    dev = "cuda"
-    timer = Timer(dev, smoke=False)
-    methods = {
-        "zero": lambda: timer.flush_buf.zero_(),  # do_bench's flush (its values are never read)
-        "clean": timer.flush,  # bench_ops'
-    }
-    g = torch.Generator(device=dev).manual_seed(0)
-    cases = []  # (name, x, w, semantics)
+    def __init__(self, name, ours, ref, ref_args, nbytes, peers=None):
+        self.name, self.ours, self.ref, self.ref_args = name, ours, ref, ref_args
+        self.nbytes, self.peers = nbytes, peers or {}
+
+
+def nbytes(*ts):
+    return sum(t.numel() * t.element_size() for t in ts if t is not None)
+
+
+def rmsnorm_cases(k, dev, g):
+    cases = []
     for shape, with_w, sem in [((2, 8064, 2048), False, "diffusers"), ((2, 8064, 4096), False, "diffusers"),
                                ((4096, 8192), True, "llama"), ((16384, 4096), True, "llama"),
                                ((8064, 32, 128), True, "llama"), ((8064, 32, 64), True, "llama"),
                                ((2, 4096, 8192), False, "diffusers")]:
         x = torch.randn(shape, device=dev, dtype=torch.bfloat16, generator=g)
         w = (1 + 0.1 * torch.randn(shape[-1], device=dev, generator=g)).to(torch.bfloat16) if with_w else None
-        cases.append((f"{'x'.join(map(str, shape))} {sem}", x, w, sem))
+        out = torch.empty_like(x)
+        ref = {"diffusers": ref_rms_diffusers, "llama": ref_rms_llama}[sem]
+        cases.append(Case(
+            f"{'x'.join(map(str, shape))} {sem}",
+            (lambda x, w, sem, out: lambda: k.rmsnorm(x, w, 1e-6, semantics=sem, out=out))(x, w, sem, out),
+            ref, (x, w, 1e-6), 2 * nbytes(x) + nbytes(w),
+            {"F.rms_norm": (lambda x, w: lambda: torch.nn.functional.rms_norm(x, (x.shape[-1],), w, 1e-6))(x, w)}))
+    return cases
 
-    rows = {}
+
+def adaln_cases(k, dev, g, liger_mod_rms):
+    cases = []
+    for shape, mod, norm in [((2, 8064, 2048), (2, 1, 2048), "rms"),       # LTX 2B
+                             ((2, 8064, 2048), (2, 8064, 2048), "rms"),    # per-token modulation
+                             ((2, 8064, 4096), (2, 1, 4096), "rms"),       # LTX 13B
+                             ((2, 8064, 2048), (2, 1, 2048), "layer"),     # FLUX / DiT
+                             ((1, 4608, 3072), (1, 1, 3072), "layer")]:    # FLUX 1024^2 joint
+        x = torch.randn(shape, device=dev, dtype=torch.bfloat16, generator=g)
+        sc = 0.1 * torch.randn(mod, device=dev, dtype=torch.bfloat16, generator=g)
+        sh = 0.1 * torch.randn(mod, device=dev, dtype=torch.bfloat16, generator=g)
+        out = torch.empty_like(x)
+        ref = ref_adaln_rms if norm == "rms" else ref_adaln_layer
+        peers = {}
+        if norm == "rms" and liger_mod_rms is not None:
+            peers["liger"] = (lambda x, sc, sh: lambda: liger_mod_rms(x, None, sc, sh, 1e-6, 0.0, "llama", False))(x, sc, sh)
+        cases.append(Case(
+            f"{'x'.join(map(str, shape))} mod {'x'.join(map(str, mod))} {norm}",
+            (lambda x, sc, sh, norm, out: lambda: k.adaln(x, sc, sh, None, 1e-6, norm, out=out))(x, sc, sh, norm, out),
+            ref, (x, sc, sh, 1e-6), 2 * nbytes(x) + nbytes(sc, sh), peers))
+    return cases
+
+
+def liger_modulated_rms_norm():
+    try:
+        from liger_kernel.transformers import functional as lf
+        return getattr(lf, "liger_modulated_rms_norm", None)
+    except Exception as e:  # absent: reported, never faked
+        print(f"liger absent ({type(e).__name__}: {str(e)[:100]})")
+        return None
+
+
+def check(got, want):
+    """Max abs difference and the fraction of elements that differ from eager's output."""
+    d = (got.float() - want.float()).abs()
+    return d.max().item(), (d > 0).float().mean().item()
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--op", choices=sorted(VARIANTS), default="rmsnorm")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--methods", default="zero,clean", help="comma list of zero,clean")
+    ap.add_argument("--no-compile", action="store_true")
+    args = ap.parse_args(argv)
+
+    k = load_kernel("cuda")
+    dev = "cuda"
+    timer = Timer(dev, smoke=False)
+    all_methods = {
+        "zero": lambda: timer.flush_buf.zero_(),  # do_bench's flush (its values are never read)
+        "clean": timer.flush,  # bench_ops'
+    }
+    methods = {m: all_methods[m] for m in args.methods.split(",")}
+    g = torch.Generator(device=dev).manual_seed(0)
+    variants = VARIANTS[args.op]
+    if args.op == "rmsnorm":
+        cases = rmsnorm_cases(k, dev, g)
+    else:
+        cases = adaln_cases(k, dev, g, liger_modulated_rms_norm())
+
     big_src = torch.empty(1 << 28, device=dev, dtype=torch.float32).fill_(2.0)  # 1 GiB
     big_dst = torch.empty_like(big_src)
     for mname, flush in methods.items():
@@ -90,39 +167,47 @@ def main(argv=None):
         print(f"copy ceiling (2 GiB moved), {mname} flush: {t:.1f} µs = {(2 << 30) / (t * 1e-6) / 1e9:.0f} GB/s")
     del big_src, big_dst
 
+    # Build and check every implementation once, before any timing.
+    impls_of = {}
+    for c in cases:
+        want = c.ref(*c.ref_args)
+        impls = {}
+        for label, env in variants.items():
+            fn = with_env(c.ours, env)
+            err, frac = check(fn(), want)
+            ok = err <= 0.02 * max(1.0, want.abs().max().item())
+            print(f"check {c.name} | {label}: max |ours - eager| {err:.3g}, {100 * frac:.2f}% differ: "
+                  f"{'ok' if ok else 'WRONG, not timed'}")
+            if ok:
+                impls[label] = fn
+        impls["eager"] = (lambda c: lambda: c.ref(*c.ref_args))(c)
+        impls.update(c.peers)
+        src = torch.empty(c.nbytes // 4, device=dev, dtype=torch.float32).fill_(1.0)  # half the bytes
+        impls["copy (same bytes)"] = (lambda s, d: lambda: d.copy_(s))(src, torch.empty_like(src))
+        if not args.no_compile:
+            impls["compile"] = (lambda f, a: lambda: f(*a))(torch.compile(c.ref, dynamic=False), c.ref_args)
+        impls_of[c.name] = impls
+
+    rows = {}
     for rnd in range(args.rounds):
-        for name, x, w, sem in cases:
-            out = torch.empty_like(x)
-            dst = torch.empty_like(x)
-            call = (lambda x, w, sem, out: lambda: k.rmsnorm(x, w, 1e-6, semantics=sem, out=out))(x, w, sem, out)
-            impls = {label: with_env(call, env) for label, env in VARIANTS.items()}
-            impls.update({
-                "F.rms_norm": lambda: torch.nn.functional.rms_norm(x, (x.shape[-1],), w, 1e-6),
-                "copy (same bytes)": lambda: dst.copy_(x),
-            })
-            if not args.no_compile:
-                ref = {"diffusers": ref_rms_diffusers, "llama": ref_rms_llama}[sem]
-                impls["compile"] = (lambda c: (lambda: c(x, w, 1e-6)))(torch.compile(ref, dynamic=False))
-            for iname, fn in impls.items():
+        for c in cases:
+            for iname, fn in impls_of[c.name].items():
                 for mname, flush in methods.items():
-                    t = cold_l2_us(fn, flush)
-                    rows.setdefault((name, iname, mname), []).append(t)
+                    rows.setdefault((c.name, iname, mname), []).append(cold_l2_us(fn, flush))
         print(f"round {rnd + 1} done", flush=True)
 
-    mb = {name: (x.numel() * x.element_size() * 2 + (w.numel() * 2 if w is not None else 0)) / 1e6
-          for name, x, w, _ in cases}
-    print("\n| shape | impl | " + " | ".join(f"{m} µs (rounds)" for m in methods) + " | clean GB/s |")
+    print(f"\nop {args.op}, bf16, median (rounds) in µs; GB/s = bytes read + written once / median of the last method")
+    print("\n| shape | impl | " + " | ".join(f"{m} µs (rounds)" for m in methods) + " | GB/s |")
     print("|---|---|" + "---|" * len(methods) + "---|")
-    for name, *_ in cases:
-        for iname in [*VARIANTS, "F.rms_norm", "compile", "copy (same bytes)"]:
-            if (name, iname, "zero") not in rows:
-                continue
+    last = list(methods)[-1]
+    for c in cases:
+        for iname in impls_of[c.name]:
             cells = []
             for m in methods:
-                ts = rows[(name, iname, m)]
+                ts = rows[(c.name, iname, m)]
                 cells.append(f"{statistics.median(ts):.2f} ({', '.join(f'{t:.1f}' for t in ts)})")
-            gbs = mb[name] * 1e6 / (statistics.median(rows[(name, iname, 'clean')]) * 1e-6) / 1e9
-            print(f"| {name} | {iname} | " + " | ".join(cells) + f" | {gbs:.0f} |")
+            gbs = c.nbytes / (statistics.median(rows[(c.name, iname, last)]) * 1e-6) / 1e9
+            print(f"| {c.name} | {iname} | " + " | ".join(cells) + f" | {gbs:.0f} |")
 
 
 if __name__ == "__main__":

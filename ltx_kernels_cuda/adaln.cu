@@ -1,6 +1,9 @@
 // AdaLN modulation and gated residual on CUDA.
 //
-// adaln: one group of `tpr` threads per row (plan_rows in common/dispatch.cuh:
+// adaln_direct_kernel takes the common call (one half dtype, no weight, 16-byte vectors,
+// D <= 8192): a row's vectors straight into registers, see its comment. The others:
+//
+// adaln_kernel: one group of `tpr` threads per row (plan_rows in common/dispatch.cuh:
 // several rows per block for short rows), grid-stride over rows. Each thread loads its
 // kCached vectors of x at once (2 at 16-byte width, else 1), reduces in fp32, then loads
 // scale and shift and writes norm(x) * (1 + scale) + shift with the eager chain's
@@ -14,6 +17,8 @@
 // dtype mixes and vector width 1 take one generic kernel that converts each
 // element by its run-time dtype, to keep the number of instantiations small.
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 #include <type_traits>
 
 #include "../torch-ext/torch_binding.h"
@@ -446,6 +451,133 @@ __global__ void LTX_STREAM_BOUNDS adaln_stream_kernel(AdaLnParams p, int64_t chu
   cp_async_wait<0>();  // only empty groups can remain; leave nothing queued at exit
 }
 
+// adaln for the common call: x, scale, shift and out of one half dtype (bf16 / fp16), no
+// weight, 16-byte vectors, rows of at most kDirectCached * kDirectBlock vectors (D <= 8192:
+// every LTX / FLUX / Wan / DiT width). rms_norm_direct_kernel's scheme (rmsnorm.cu), which
+// beat a cp.async row pipeline like adaln_stream_kernel's by 7-17% there: C = 4 vectors of a
+// row per thread loaded straight into registers, one row group per 256-thread block,
+// registers capped so several blocks share an SM (bytes in flight per SM are what count).
+// The modulation rows are read once per row: when they broadcast ([B, 1, D]) they are L2
+// hits. kEarly: scale and shift are loaded with x, before the reduction, so their bytes are
+// in flight during it (per-token modulation: they are half of what the call reads), at the
+// price of registers (sm_90: 90-106 against 56-64, so 2 blocks per SM instead of 4; capped
+// for 3 it spilled in bf16); else after it.
+// Rounding: the Plain form of adaln_launch (norm, 1 + scale, product and sum each rounded
+// to T once, like eager's ops), the product and the sum as packed pair ops (mul_rn /
+// add_rn in common/vec.cuh), as in adaln_stream_kernel.
+constexpr int kDirectBlock = 256;
+constexpr int kDirectCached = 4;
+
+template <bool kEarly>
+constexpr int kAdaDirectMinBlocks = kEarly ? 2 : 4;
+
+template <typename T, bool kLayer, bool kEarly>
+__global__ void __launch_bounds__(kDirectBlock, kAdaDirectMinBlocks<kEarly>)
+    adaln_direct_kernel(AdaLnParams p) {
+  constexpr int N = 16 / static_cast<int>(sizeof(T));
+  constexpr int C = kDirectCached;
+  constexpr int CM = kEarly ? C : 1;  // modulation vectors held across the reduction
+  using V = Vec<T, N>;
+  __shared__ float scratch[kMaxWarpsPerBlock];
+  const T* x = static_cast<const T*>(p.x);
+  const T* scale = static_cast<const T*>(p.scale);
+  const T* shift = static_cast<const T*>(p.shift);
+  T* out = static_cast<T*>(p.out);
+  const int nvec = p.cols / N;
+  const int lane = threadIdx.x % p.tpr;
+  const int groups = blockDim.x / p.tpr;
+  const float inv_cols = 1.0f / static_cast<float>(p.cols);
+  const bool has_shift = shift != nullptr;
+  V ones;
+#pragma unroll
+  for (int k = 0; k < N; ++k) ones.v[k] = from_float<T>(1.0f);
+  // Every thread runs the same number of iterations: row_sum needs all of them.
+  for (int64_t base = static_cast<int64_t>(blockIdx.x) * groups; base < p.rows;
+       base += static_cast<int64_t>(gridDim.x) * groups) {
+    const int64_t row = base + threadIdx.x / p.tpr;
+    const bool active = row < p.rows;
+    const int64_t r = active ? row : 0;  // an inactive group loads nothing
+    const T* xr = x + r * p.x_stride;
+    V xc[C], sc[CM], hc[CM];
+#pragma unroll
+    for (int i = 0; i < C; ++i) {
+      const int j = lane + i * p.tpr;
+      if (active && j < nvec) xc[i] = V::load(xr + j * N);
+    }
+    int64_t off[2];
+    if constexpr (kEarly) {
+      p.rs.offsets<2>(r, off);
+#pragma unroll
+      for (int i = 0; i < C; ++i) {
+        const int j = lane + i * p.tpr;
+        if (active && j < nvec) {
+          sc[i] = V::load(scale + off[0] + j * N);
+          if (has_shift) hc[i] = V::load(shift + off[1] + j * N);
+        }
+      }
+    }
+
+    auto elem = [&](int i, int k) { return to_float(xc[i].v[k]); };
+    float mean = 0.f;
+    if constexpr (kLayer) {
+      const float s = cached_sum<C, N, false, false>(active, lane, p.tpr, nvec, 0.f, elem);
+      mean = row_sum(s, p.tpr, scratch) * inv_cols;
+    }
+    float ss = cached_sum<C, N, true, kLayer>(active, lane, p.tpr, nvec, mean, elem);
+    ss = row_sum(ss, p.tpr, scratch);
+    const float inv = rsqrtf(ss * inv_cols + p.eps);
+    if (!active) continue;
+
+    if constexpr (!kEarly) p.rs.offsets<2>(row, off);
+    T* orow = out + row * p.out_stride;
+#pragma unroll
+    for (int i = 0; i < C; ++i) {
+      const int j = lane + i * p.tpr;
+      if (j >= nvec) continue;
+      V sv, hv;
+      if constexpr (kEarly) {
+        sv = sc[i];
+        hv = hc[i];
+      } else {
+        sv = V::load(scale + off[0] + j * N);
+        if (has_shift) hv = V::load(shift + off[1] + j * N);
+      }
+      float n[N];
+#pragma unroll
+      for (int k = 0; k < N; ++k) {
+        const float xk = kLayer ? to_float(xc[i].v[k]) - mean : to_float(xc[i].v[k]);
+        n[k] = __fmul_rn(xk, inv);
+      }
+      // 1 + scale as a packed add: the exact sum rounded once to T, which is what eager's
+      // fp32 add then rounding to T gives (that sum is exact in fp32 or rounds to T alike).
+      V o = mul_rn(pack_from_float<T, N>(n), add_rn(ones, sv));
+      if (has_shift) o = add_rn(o, hv);
+      o.store(orow + j * N);
+    }
+  }
+}
+
+// Launches adaln_direct_kernel for a call it takes (see above; the caller checked the
+// dtypes, the weight and the rounding form); false, launching nothing, otherwise.
+template <typename T, bool kLayer>
+bool launch_adaln_direct(AdaLnParams p, int vec, bool early, int device, cudaStream_t stream) {
+  constexpr int N = 16 / static_cast<int>(sizeof(T));
+  const int64_t nvec = p.cols / vec;
+  if (vec != N || nvec > static_cast<int64_t>(kDirectCached) * kDirectBlock) return false;
+  p.tpr = pow2_ceil(ceil_div(nvec, kDirectCached));
+  const int64_t groups = kDirectBlock / p.tpr;
+  // A grid-stride loop covers rows beyond the grid; 64 blocks per SM is plenty to balance.
+  const auto grid = static_cast<unsigned>(
+      std::min(ceil_div(p.rows, groups), static_cast<int64_t>(sm_count(device)) * 64));
+  if (early) {
+    adaln_direct_kernel<T, kLayer, true><<<grid, kDirectBlock, 0, stream>>>(p);
+  } else {
+    adaln_direct_kernel<T, kLayer, false><<<grid, kDirectBlock, 0, stream>>>(p);
+  }
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  return true;
+}
+
 // ---- gated residual ------------------------------------------------------------------
 
 struct GateParams {
@@ -613,6 +745,31 @@ void adaln_launch(const at::Tensor& out2d, const at::Tensor& x2d, const at::Tens
                           : rows.stride[0][kInner] == 0 && rows.stride[1][kInner] == 0
                               ? rows.size[kInner]
                               : 1;
+
+  // One half dtype throughout, no weight, the Plain rounding form (below):
+  // adaln_direct_kernel where it takes the call, with the modulation loaded early when every
+  // row has its own. LTX_KERNELS_ADALN_KERNEL (read per call) is a developer's A/B switch
+  // for timing the kernels in one process (benchmarks/ab_kernels.py): "row" sends every call
+  // to the kernels below; "early" / "late" force when adaln_direct_kernel loads scale/shift.
+  const char* pick = std::getenv("LTX_KERNELS_ADALN_KERNEL");
+  const bool row_only = pick != nullptr && std::strcmp(pick, "row") == 0;
+  if (!row_only && p.w == nullptr && xt == st && xt == ht && xt == ot &&
+      (xt == at::kBFloat16 || xt == at::kHalf)) {
+    const bool early = pick != nullptr && std::strcmp(pick, "early") == 0   ? true
+                       : pick != nullptr && std::strcmp(pick, "late") == 0 ? false
+                                                                            : mod_run == 1;
+    bool direct = false;
+    dispatch_float(xt, [&](auto t) {
+      using T = typename decltype(t)::type;
+      if constexpr (!std::is_same_v<T, float>) {
+        constexpr Round rt = RoundOf<T>::value;
+        if (p.mid != Round::kNone || p.norm != rt || p.scale1 != rt || p.prod != rt) return;
+        direct = p.layer ? launch_adaln_direct<T, true>(p, vec, early, device, stream)
+                         : launch_adaln_direct<T, false>(p, vec, early, device, stream);
+      }
+    });
+    if (direct) return;
+  }
 
   // Fast paths: x, scale/shift and out all of one dtype, or half x with fp32
   // modulation (and fp32 out); vector width >= 2.

@@ -374,6 +374,43 @@ def test_broadcast_many_rows(shape, dtype, form):
         check(kernel.adaln(x, s32, h32), s32, h32)
 
 
+# adaln_direct_kernel (one half dtype, no weight, 16-byte vectors, D <= 8192) loads the
+# modulation with x (per-token) or after the reduction (broadcast); the developer switch
+# LTX_KERNELS_ADALN_KERNEL (read per call) forces either, or the older kernels ("row").
+# Every choice on every shape: thousands of rows (grid-stride loop), per-token and
+# broadcast modulation, no shift, a width that leaves threads idle in the last vector
+# (5120), the widest it takes (8192), short rows (many rows per block), LayerNorm, and
+# rows enough for its grid-stride loop on an H200 (D = 8: 256 rows per block, 132 * 64 blocks).
+DIRECT_SHAPES = [((2, 4099, 2048), "btd"), ((2, 4099, 2048), "b1d"), ((3, 777, 5120), "b1d"),
+                 ((2, 531, 8192), "btd"), ((2, 2311, 128), "b1d"), ((5003, 64), "btd"),
+                 ((2, 1081347, 8), "b1d")]
+
+
+@requires_gpu
+@pytest.mark.parametrize("choice", [None, "early", "late", "row"])
+@pytest.mark.parametrize("shape,form", DIRECT_SHAPES, ids=str)
+@pytest.mark.parametrize("dtype", [BF16, torch.float16])
+def test_direct_kernel_choices(monkeypatch, choice, shape, form, dtype):
+    if choice is not None:
+        monkeypatch.setenv("LTX_KERNELS_ADALN_KERNEL", choice)
+    d = shape[-1]
+    x = quantised(shape, dtype, "cuda")
+    mod_shape = shape if form == "btd" else (shape[0], 1, d)
+    scale, shift = modulation(mod_shape, dtype, "cuda"), modulation(mod_shape, dtype, "cuda")
+    for sh in (shift, None):
+        out = torch.full_like(x, float("nan"))
+        kernel.adaln(x, scale, sh, out=out)
+        expected = eager_adaln(x, scale, sh)
+        if d <= 4096:  # quantised x: exact fp32 sums of squares (see test_hidden_sizes)
+            assert torch.equal(out, expected), (shape, form, choice)
+        else:
+            assert_near_eager(out, expected, ref64(x, scale, sh)[1], f"{shape} {choice}")
+    out_l = torch.full_like(x, float("nan"))
+    kernel.adaln(x, scale, shift, norm="layer", out=out_l)
+    _, mag = ref64(x, scale, shift, norm="layer")
+    assert_near_eager(out_l, eager_adaln(x, scale, shift, norm="layer"), mag, f"{shape} layer {choice}")
+
+
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("d", [65536, 100000])
 def test_long_rows(device, d):
