@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """A/B timing of our kernel variants for one op against its peers, in one process.
 
-    python benchmarks/ab_kernels.py [--op rmsnorm|adaln] [--rounds 3] [--methods clean,zero]
+    python benchmarks/ab_kernels.py [--op rmsnorm|adaln|act] [--rounds 3] [--methods clean,zero]
 
 Why: single bench_ops.py runs on the device moved peers by up to 2x between calls
 (2026-12-03/04: Liger rmsnorm 30 -> 96 µs, compile 39 -> 51 µs at one shape), so a
@@ -19,9 +19,11 @@ Each method: bench_ops.cold_l2_us (median of per-call CUDA-event times); bench_o
 times with the clean one since 2026-12-04.
 
 Our variants are the same op called under the environment each op's VARIANTS names (the
-launchers read these per call: LTX_KERNELS_RMS_KERNEL=row forces rms_norm_kernel,
-LTX_KERNELS_ADALN_KERNEL=row the kernels before adaln_direct_kernel and early / late when
-that one loads scale/shift). Every variant's output is checked against the eager reference
+launchers read these per call: LTX_KERNELS_RMS_KERNEL=row forces rms_norm_kernel;
+LTX_KERNELS_ADALN_KERNEL=direct runs the candidate adaln_direct_kernel, early / late force
+when it loads scale/shift; LTX_KERNELS_ROW_ORDER=chunk gives both direct kernels balanced
+row chunks instead of grid-stride; LTX_KERNELS_GELU_TABLE=1 runs gelu / geglu of 16-bit
+dtypes through the candidate lookup-table kernel). Every variant's output is checked against the eager reference
 before it is timed (a variant that disagrees is reported and not timed). A copy of the
 same bytes (the call's bytes read, the same written) is timed too.
 """
@@ -37,19 +39,25 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_ops import (Timer, cold_l2_us, load_kernel, ref_adaln_layer, ref_adaln_rms,  # noqa: E402
-                       ref_rms_diffusers, ref_rms_llama)
+                       ref_geglu_tanh, ref_rms_diffusers, ref_rms_llama)
 
 # Our variants per op: the environment each is called under.
 VARIANTS = {
     "rmsnorm": {
         "ours": {},
         "ours (row kernel)": {"LTX_KERNELS_RMS_KERNEL": "row"},
+        "ours (chunked rows)": {"LTX_KERNELS_ROW_ORDER": "chunk"},
     },
     "adaln": {
         "ours": {},
+        "ours (direct)": {"LTX_KERNELS_ADALN_KERNEL": "direct"},
         "ours (direct, early mod)": {"LTX_KERNELS_ADALN_KERNEL": "early"},
         "ours (direct, late mod)": {"LTX_KERNELS_ADALN_KERNEL": "late"},
-        "ours (row/stream kernels)": {"LTX_KERNELS_ADALN_KERNEL": "row"},
+        "ours (direct, chunked rows)": {"LTX_KERNELS_ADALN_KERNEL": "direct", "LTX_KERNELS_ROW_ORDER": "chunk"},
+    },
+    "act": {
+        "ours": {},
+        "ours (table)": {"LTX_KERNELS_GELU_TABLE": "1"},
     },
 }
 
@@ -122,6 +130,43 @@ def adaln_cases(k, dev, g, liger_mod_rms):
     return cases
 
 
+def act_cases(k, dev, g, liger_geglu):
+    cases = []
+    for shape in [(2, 8064, 8192), (2, 8064, 8192, "erf"), (16128, 16384, "geglu"), (2, 4096, 16384, "geglu")]:
+        kind = shape[-1] if isinstance(shape[-1], str) else "tanh"
+        dims = tuple(v for v in shape if not isinstance(v, str))
+        x = torch.randn(dims, device=dev, generator=g).to(torch.bfloat16)
+        if kind == "geglu":
+            d = dims[-1] // 2
+            out = torch.empty(*dims[:-1], d, device=dev, dtype=x.dtype)
+            peers = {}
+            if liger_geglu is not None:
+                a, b = x[..., :d].contiguous(), x[..., d:].contiguous()
+                peers["liger"] = (lambda a, b: lambda: liger_geglu(a, b))(a, b)
+            cases.append(Case(
+                f"geglu tanh {'x'.join(map(str, dims))}->{d}",
+                (lambda x, out: lambda: k.geglu(x, "tanh", gate_first=True, out=out))(x, out),
+                ref_geglu_tanh, (x,), nbytes(x, out), peers))
+        else:
+            out = torch.empty_like(x)
+            approx = "tanh" if kind == "tanh" else "none"
+            fn = k.gelu_tanh if kind == "tanh" else k.gelu
+            cases.append(Case(
+                f"gelu {kind} {'x'.join(map(str, dims))}",
+                (lambda x, out, fn: lambda: fn(x, out=out))(x, out, fn),
+                (lambda a: lambda x: torch.nn.functional.gelu(x, approximate=a))(approx), (x,), 2 * nbytes(x)))
+    return cases
+
+
+def liger_geglu_fn():
+    try:
+        from liger_kernel.ops.geglu import LigerGELUMulFunction
+        return LigerGELUMulFunction.apply
+    except Exception as e:  # absent: reported, never faked
+        print(f"liger absent ({type(e).__name__}: {str(e)[:100]})")
+        return None
+
+
 def liger_modulated_rms_norm():
     try:
         from liger_kernel.transformers import functional as lf
@@ -157,8 +202,10 @@ def main(argv=None):
     variants = VARIANTS[args.op]
     if args.op == "rmsnorm":
         cases = rmsnorm_cases(k, dev, g)
-    else:
+    elif args.op == "adaln":
         cases = adaln_cases(k, dev, g, liger_modulated_rms_norm())
+    else:
+        cases = act_cases(k, dev, g, liger_geglu_fn())
 
     big_src = torch.empty(1 << 28, device=dev, dtype=torch.float32).fill_(2.0)  # 1 GiB
     big_dst = torch.empty_like(big_src)

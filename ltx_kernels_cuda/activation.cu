@@ -9,11 +9,17 @@
 // all of its loads (U per operand) before any math. Contiguous inputs run as a single long
 // row (with a scalar tail), one tile per block.
 //
+// A candidate for large bf16 / fp16 calls, run only when asked (LTX_KERNELS_GELU_TABLE=1):
+// act_table_kernel, GELU of every 16-bit value from a 128 KB table in shared memory.
+//
 // Numerics: fp32 with ATen's CUDA expressions (ActivationGeluKernel.cu), so the
 // result is bit-identical to F.gelu in every dtype. The gated form rounds the GELU
 // to the storage dtype before the product, as eager `h * F.gelu(g)` does.
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
 #include <type_traits>
 
 #include "../torch-ext/torch_binding.h"
@@ -166,6 +172,205 @@ __global__ void __launch_bounds__(kBlock, kMinBlocks) act_kernel(ActParams p) {
 }
 
 
+// ---- lookup-table path (bf16 / fp16) ---------------------------------------------------
+//
+// A 16-bit dtype has 65536 values, so GELU of every one of them fits a 128 KB table,
+// built on the GPU by act<T, K, false> itself: the table path is bit-identical to the
+// computed one, and so to F.gelu, by construction (tests/test_activation.py checks every
+// bit pattern). act_table_kernel copies the table into shared memory once per persistent
+// block and replaces the ~16-25 instructions of tanhf / erff per element by one 16-bit
+// shared-memory load, to turn an issue-bound kernel (act_kernel and inductor's: 84-89% of
+// issue slots, 61-67% of DRAM, 2026-12-04 ncu) into a memory-bound one. What may limit it
+// instead: random table indices meet ~3.5-way bank conflicts, about 85% of an SM's
+// shared-memory bandwidth at the copy rate for gelu (one lookup per 4 bytes moved), 30%
+// for geglu (one per 6 bytes); and one 1024-thread block per SM (the table takes 128 KB
+// of shared memory), so U vectors per thread keep 64 KB per SM in flight.
+// A candidate until a device call has run it (LTX_KERNELS_GELU_TABLE=1 asks for it).
+constexpr int kTableEntries = 1 << 16;
+constexpr size_t kTableBytes = kTableEntries * sizeof(uint16_t);
+constexpr int kTableBlock = 1024;
+// Calls smaller than this keep act_kernel: every block reads the whole table first.
+constexpr int64_t kTableMinElements = int64_t{1} << 22;
+
+// One table per (kind, dtype) and device: a module global, so each device has its own.
+__device__ uint16_t g_gelu_tables[2][2][kTableEntries];
+
+template <typename T>
+__device__ __forceinline__ uint16_t bits_of(T v) {
+  uint16_t b;
+  memcpy(&b, &v, sizeof(b));
+  return b;
+}
+template <typename T>
+__device__ __forceinline__ T from_bits(uint16_t b) {
+  T v;
+  memcpy(&v, &b, sizeof(b));
+  return v;
+}
+
+template <typename T, GeluKind K>
+__global__ void build_gelu_table_kernel(uint16_t* table) {
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < kTableEntries; i += gridDim.x * blockDim.x) {
+    const T x = from_bits<T>(static_cast<uint16_t>(i));
+    table[i] = bits_of(act<T, K, false>(x, x));
+  }
+}
+
+// Geometry of a table launch: tiles of `groups` rows x U * tpr vectors, walked by
+// persistent blocks (tile = blockIdx.x, + gridDim.x, ...; row group = tile / col_tiles).
+struct TableGrid {
+  int64_t col_tiles;
+  int64_t tiles;
+};
+
+template <typename T, bool kGated>
+__global__ void __launch_bounds__(kTableBlock, 1)
+    act_table_kernel(ActParams p, const uint16_t* table, TableGrid tg) {
+  static_assert(sizeof(T) == 2, "16-bit dtypes");
+  constexpr int N = 8;
+  constexpr int U = kUnroll<kGated>;
+  using V = Vec<T, N>;
+  extern __shared__ __align__(16) uint16_t tab[];
+  const T* gate = static_cast<const T*>(p.gate);
+  const T* value = static_cast<const T*>(p.value);
+  T* out = static_cast<T*>(p.out);
+  const int lane = static_cast<int>(threadIdx.x) % p.tpr;
+  const int sub = static_cast<int>(threadIdx.x) / p.tpr;
+  const int groups = static_cast<int>(blockDim.x) / p.tpr;
+  const int64_t du = static_cast<int64_t>(p.tpr) * N;  // elements between a thread's vectors
+
+  bool have_table = false;
+  for (int64_t t = blockIdx.x; t < tg.tiles; t += gridDim.x) {
+    const int64_t rg = t / tg.col_tiles;
+    const int64_t j0 = (t - rg * tg.col_tiles) * U * p.tpr + lane;
+    const int64_t row = rg * groups + sub;
+    const bool active = row < p.rows;
+    const int64_t gi = (active ? row : 0) * p.in_stride + j0 * N;
+    const int64_t oi = (active ? row : 0) * p.out_stride + j0 * N;
+    bool live[U];
+    V gv[U];
+    [[maybe_unused]] V vv[kGated ? U : 1];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      live[u] = active && j0 + static_cast<int64_t>(u) * p.tpr < p.nvec;
+      if (live[u]) {
+        gv[u] = V::load(gate + gi + u * du);
+        if constexpr (kGated) vv[u] = V::load(value + gi + u * du);
+      }
+    }
+    if (!have_table) {  // the first tile's loads are in flight meanwhile
+      const uint4* src = reinterpret_cast<const uint4*>(table);
+      uint4* dst = reinterpret_cast<uint4*>(tab);
+      for (int i = threadIdx.x; i < static_cast<int>(kTableBytes / sizeof(uint4)); i += blockDim.x) {
+        dst[i] = src[i];
+      }
+      __syncthreads();
+      have_table = true;
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      if (!live[u]) continue;
+      if constexpr (kGated) {
+        float r[N];
+#pragma unroll
+        for (int k = 0; k < N; ++k) {
+          r[k] = to_float(vv[u].v[k]) * to_float(from_bits<T>(tab[bits_of(gv[u].v[k])]));
+        }
+        pack_from_float<T, N>(r).store(out + oi + u * du);
+      } else {
+        V o;
+#pragma unroll
+        for (int k = 0; k < N; ++k) o.v[k] = from_bits<T>(tab[bits_of(gv[u].v[k])]);
+        o.store(out + oi + u * du);
+      }
+    }
+  }
+  // The single-row tail (elements after the last whole vector): block 0, which had a tile.
+  if (blockIdx.x == 0 && static_cast<int>(threadIdx.x) < p.tail) {
+    const int64_t c = p.nvec * N + threadIdx.x;
+    const T g = from_bits<T>(tab[bits_of(gate[c])]);
+    out[c] = kGated ? from_float<T>(to_float(value[c]) * to_float(g)) : g;
+  }
+}
+
+// The device's table for (T, K), built on first use; nullptr where the table path cannot
+// run: a device without 128 KB of opt-in shared memory per block (sm_75 / 86 / 89 / 120),
+// or a first use inside CUDA-graph capture (the build must not become part of the graph).
+template <typename T, GeluKind K>
+const uint16_t* gelu_table(int device, cudaStream_t stream) {
+  constexpr int kMaxDevices = 64;
+  static std::mutex mu;
+  static int state[kMaxDevices] = {};  // 0 unknown, 1 built, -1 not possible
+  if (device < 0 || device >= kMaxDevices) return nullptr;
+  void* base = nullptr;
+  C10_CUDA_CHECK(cudaGetSymbolAddress(&base, g_gelu_tables));
+  uint16_t* table = static_cast<uint16_t*>(base) +
+                    (static_cast<int>(K) * 2 + (std::is_same_v<T, __half> ? 1 : 0)) * kTableEntries;
+  const std::lock_guard<std::mutex> lock(mu);
+  if (state[device] != 0) return state[device] > 0 ? table : nullptr;
+  int optin = 0;
+  C10_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  if (static_cast<size_t>(optin) < kTableBytes) {
+    state[device] = -1;
+    return nullptr;
+  }
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  C10_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
+  if (capture != cudaStreamCaptureStatusNone) return nullptr;  // built on a later call
+  build_gelu_table_kernel<T, K><<<64, 1024, 0, stream>>>(table);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  // Later calls may come on other streams: the table must be complete before any of them.
+  C10_CUDA_CHECK(cudaStreamSynchronize(stream));
+  for (auto kernel : {act_table_kernel<T, false>, act_table_kernel<T, true>}) {
+    C10_CUDA_CHECK(cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel),
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        static_cast<int>(kTableBytes)));
+  }
+  state[device] = 1;
+  return table;
+}
+
+// Launches act_table_kernel when the call suits it (16-bit dtype, 16-byte vectors, at least
+// kTableMinElements, LTX_KERNELS_GELU_TABLE=1 while it is a candidate); false otherwise.
+template <typename T, bool kGated>
+bool launch_act_table(ActParams p, int vec, GeluKind kind, int device, cudaStream_t stream) {
+  if constexpr (sizeof(T) != 2) {
+    return false;
+  } else {
+    const char* ask = std::getenv("LTX_KERNELS_GELU_TABLE");  // read per call: an A/B switch
+    if (ask == nullptr || std::strcmp(ask, "1") != 0) return false;
+    if (vec != 8 || p.rows * p.nvec * 8 < kTableMinElements) return false;
+    const uint16_t* table = kind == GeluKind::kTanh ? gelu_table<T, GeluKind::kTanh>(device, stream)
+                                                    : gelu_table<T, GeluKind::kErf>(device, stream);
+    if (table == nullptr) return false;
+    constexpr int U = kUnroll<kGated>;
+    // Threads per row as in launch(): short rows share the block, longer ones get tiles
+    // of evenly filled warps, at most kTableBlock threads.
+    const int64_t want = std::max<int64_t>(1, ceil_div(p.nvec, U));
+    int block;
+    if (want <= 16) {
+      p.tpr = pow2_ceil(want);
+      block = kTableBlock;
+    } else {
+      const int64_t tiles = ceil_div(want, kTableBlock);
+      p.tpr = static_cast<int>(
+          std::min<int64_t>(kTableBlock, ceil_div(ceil_div(want, tiles), 32) * 32));
+      block = (kTableBlock / p.tpr) * p.tpr;
+    }
+    const int64_t groups = block / p.tpr;
+    TableGrid tg{};
+    tg.col_tiles = ceil_div(p.nvec, static_cast<int64_t>(U) * p.tpr);
+    tg.tiles = ceil_div(p.rows, groups) * tg.col_tiles;
+    const auto kernel = act_table_kernel<T, kGated>;
+    const int per_sm = resident_blocks(reinterpret_cast<const void*>(kernel), block, kTableBytes, device);
+    const auto grid = static_cast<unsigned>(
+        std::min<int64_t>(tg.tiles, static_cast<int64_t>(sm_count(device)) * per_sm));
+    kernel<<<grid, block, kTableBytes, stream>>>(p, table, tg);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    return true;
+  }
+}
+
 // Chooses the launch shape for `rows` rows of `cols` elements moved N at a time,
 // fills the shape fields of p and launches.
 template <bool kGated>
@@ -180,6 +385,14 @@ void launch(ActParams p, int64_t rows, int64_t cols, int vec, const at::Tensor& 
   p.tail = static_cast<int>(cols - p.nvec * vec);
   TORCH_CHECK(p.tail == 0 || rows == 1, "ltx_kernels.", op, ": internal error: tail on ", rows,
               " rows");
+  // 16-bit dtypes, large calls: the lookup-table kernel where it runs (a candidate).
+  bool done = false;
+  dispatch_float(like.scalar_type(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    done = launch_act_table<T, kGated>(p, vec, kind, device, stream);
+  });
+  if (done) return;
+
   constexpr int U = kUnroll<kGated>;
   // Threads per row: enough for U vectors each. Short rows share a block
   // (a power of two of them per row); longer rows get whole warps, at most kBlock.

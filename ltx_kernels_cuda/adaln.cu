@@ -1,7 +1,7 @@
 // AdaLN modulation and gated residual on CUDA.
 //
-// adaln_direct_kernel takes the common call (one half dtype, no weight, 16-byte vectors,
-// D <= 8192): a row's vectors straight into registers, see its comment. The others:
+// adaln_direct_kernel is a candidate for the common call (one half dtype, no weight,
+// 16-byte vectors, D <= 8192), not yet measured: it runs only when asked (adaln_launch).
 //
 // adaln_kernel: one group of `tpr` threads per row (plan_rows in common/dispatch.cuh:
 // several rows per block for short rows), grid-stride over rows. Each thread loads its
@@ -25,6 +25,7 @@
 #include "common/async_copy.cuh"
 #include "common/dispatch.cuh"
 #include "common/reduce.cuh"
+#include "common/row_order.cuh"
 #include "common/vec.cuh"
 
 namespace ltx::cuda {
@@ -451,9 +452,10 @@ __global__ void LTX_STREAM_BOUNDS adaln_stream_kernel(AdaLnParams p, int64_t chu
   cp_async_wait<0>();  // only empty groups can remain; leave nothing queued at exit
 }
 
-// adaln for the common call: x, scale, shift and out of one half dtype (bf16 / fp16), no
-// weight, 16-byte vectors, rows of at most kDirectCached * kDirectBlock vectors (D <= 8192:
-// every LTX / FLUX / Wan / DiT width). rms_norm_direct_kernel's scheme (rmsnorm.cu), which
+// A candidate for adaln's common call, run only when asked (adaln_launch; written when no
+// GPU was lent, so not yet timed or run): x, scale, shift and out of one half dtype (bf16 /
+// fp16), no weight, 16-byte vectors, rows of at most kDirectCached * kDirectBlock vectors
+// (D <= 8192: every LTX / FLUX / Wan / DiT width). rms_norm_direct_kernel's scheme (rmsnorm.cu), which
 // beat a cp.async row pipeline like adaln_stream_kernel's by 7-17% there: C = 4 vectors of a
 // row per thread loaded straight into registers, one row group per 256-thread block,
 // registers capped so several blocks share an SM (bytes in flight per SM are what count).
@@ -464,16 +466,24 @@ __global__ void LTX_STREAM_BOUNDS adaln_stream_kernel(AdaLnParams p, int64_t chu
 // for 3 it spilled in bf16); else after it.
 // Rounding: the Plain form of adaln_launch (norm, 1 + scale, product and sum each rounded
 // to T once, like eager's ops), the product and the sum as packed pair ops (mul_rn /
-// add_rn in common/vec.cuh), as in adaln_stream_kernel.
+// add_rn in common/vec.cuh), as in adaln_stream_kernel. Rows: grid-stride or balanced
+// chunks (common/row_order.cuh).
 constexpr int kDirectBlock = 256;
 constexpr int kDirectCached = 4;
 
+// Blocks of kDirectBlock threads per SM the register cap aims for. CUDA 13.0's ptxas
+// spills 8 bytes of the bf16 LayerNorm instantiation on sm_120 under the cap for 4.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1200
+template <bool kEarly>
+constexpr int kAdaDirectMinBlocks = kEarly ? 2 : 3;
+#else
 template <bool kEarly>
 constexpr int kAdaDirectMinBlocks = kEarly ? 2 : 4;
+#endif
 
 template <typename T, bool kLayer, bool kEarly>
 __global__ void __launch_bounds__(kDirectBlock, kAdaDirectMinBlocks<kEarly>)
-    adaln_direct_kernel(AdaLnParams p) {
+    adaln_direct_kernel(AdaLnParams p, int64_t chunk) {
   constexpr int N = 16 / static_cast<int>(sizeof(T));
   constexpr int C = kDirectCached;
   constexpr int CM = kEarly ? C : 1;  // modulation vectors held across the reduction
@@ -492,10 +502,10 @@ __global__ void __launch_bounds__(kDirectBlock, kAdaDirectMinBlocks<kEarly>)
 #pragma unroll
   for (int k = 0; k < N; ++k) ones.v[k] = from_float<T>(1.0f);
   // Every thread runs the same number of iterations: row_sum needs all of them.
-  for (int64_t base = static_cast<int64_t>(blockIdx.x) * groups; base < p.rows;
-       base += static_cast<int64_t>(gridDim.x) * groups) {
+  const BlockRows br = block_rows(p.rows, chunk, groups);
+  for (int64_t base = br.begin; base < br.end; base += br.step) {
     const int64_t row = base + threadIdx.x / p.tpr;
-    const bool active = row < p.rows;
+    const bool active = row < br.end;
     const int64_t r = active ? row : 0;  // an inactive group loads nothing
     const T* xr = x + r * p.x_stride;
     V xc[C], sc[CM], hc[CM];
@@ -566,13 +576,15 @@ bool launch_adaln_direct(AdaLnParams p, int vec, bool early, int device, cudaStr
   if (vec != N || nvec > static_cast<int64_t>(kDirectCached) * kDirectBlock) return false;
   p.tpr = pow2_ceil(ceil_div(nvec, kDirectCached));
   const int64_t groups = kDirectBlock / p.tpr;
-  // A grid-stride loop covers rows beyond the grid; 64 blocks per SM is plenty to balance.
-  const auto grid = static_cast<unsigned>(
-      std::min(ceil_div(p.rows, groups), static_cast<int64_t>(sm_count(device)) * 64));
+  auto go = [&](auto kernel) {
+    const RowLaunch l = plan_row_launch(reinterpret_cast<const void*>(kernel), kDirectBlock,
+                                        p.rows, groups, device);
+    kernel<<<l.grid, kDirectBlock, 0, stream>>>(p, l.chunk);
+  };
   if (early) {
-    adaln_direct_kernel<T, kLayer, true><<<grid, kDirectBlock, 0, stream>>>(p);
+    go(adaln_direct_kernel<T, kLayer, true>);
   } else {
-    adaln_direct_kernel<T, kLayer, false><<<grid, kDirectBlock, 0, stream>>>(p);
+    go(adaln_direct_kernel<T, kLayer, false>);
   }
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return true;
@@ -746,18 +758,17 @@ void adaln_launch(const at::Tensor& out2d, const at::Tensor& x2d, const at::Tens
                               ? rows.size[kInner]
                               : 1;
 
-  // One half dtype throughout, no weight, the Plain rounding form (below):
-  // adaln_direct_kernel where it takes the call, with the modulation loaded early when every
-  // row has its own. LTX_KERNELS_ADALN_KERNEL (read per call) is a developer's A/B switch
-  // for timing the kernels in one process (benchmarks/ab_kernels.py): "row" sends every call
-  // to the kernels below; "early" / "late" force when adaln_direct_kernel loads scale/shift.
+  // adaln_direct_kernel takes one half dtype throughout, no weight, the Plain rounding form
+  // (below), loading the modulation early when every row has its own. Not yet the default:
+  // written 2026-12-04 when no GPU could be lent, so neither timed nor run. Until a device
+  // call has run test_direct_kernel_choices and benchmarks/ab_kernels.py --op adaln, it runs
+  // only when LTX_KERNELS_ADALN_KERNEL (read per call: a developer's A/B switch) asks:
+  // "direct", or "early" / "late" to force when it loads scale/shift.
   const char* pick = std::getenv("LTX_KERNELS_ADALN_KERNEL");
-  const bool row_only = pick != nullptr && std::strcmp(pick, "row") == 0;
-  if (!row_only && p.w == nullptr && xt == st && xt == ht && xt == ot &&
-      (xt == at::kBFloat16 || xt == at::kHalf)) {
-    const bool early = pick != nullptr && std::strcmp(pick, "early") == 0   ? true
-                       : pick != nullptr && std::strcmp(pick, "late") == 0 ? false
-                                                                            : mod_run == 1;
+  auto picked = [&](const char* v) { return pick != nullptr && std::strcmp(pick, v) == 0; };
+  if ((picked("direct") || picked("early") || picked("late")) && p.w == nullptr && xt == st &&
+      xt == ht && xt == ot && (xt == at::kBFloat16 || xt == at::kHalf)) {
+    const bool early = picked("early") || (!picked("late") && mod_run == 1);
     bool direct = false;
     dispatch_float(xt, [&](auto t) {
       using T = typename decltype(t)::type;

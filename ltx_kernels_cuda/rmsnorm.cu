@@ -14,6 +14,7 @@
 #include "../torch-ext/torch_binding.h"
 #include "common/dispatch.cuh"
 #include "common/reduce.cuh"
+#include "common/row_order.cuh"
 #include "common/vec.cuh"
 
 namespace ltx::cuda {
@@ -144,6 +145,8 @@ __global__ void rms_norm_kernel(RmsNormParams p) {
 // rows of 8-16 vectors: more rows per block). Registers are capped so that 4 (C = 4) or
 // 6 (C = 2) blocks of 256 threads fit an SM: 64 KB of x in flight per SM either way.
 // No loop over the rest of a row and no run-time rounding kind, unlike rms_norm_kernel.
+// Rows are walked grid-stride, or in balanced chunks (common/row_order.cuh: a candidate,
+// asked for with LTX_KERNELS_ROW_ORDER=chunk until it is timed).
 //
 // Measured against the alternatives in one process (benchmarks/ab_kernels.py, H200,
 // 2026-12-04, RESULTS.md): rms_norm_kernel (C = 4, 79 registers, 3 blocks per SM) and
@@ -163,7 +166,8 @@ constexpr int kDirectMinBlocks = C >= 4 ? 4 : 6;
 #endif
 
 template <typename T, int kMid, int C>
-__global__ void __launch_bounds__(kBlock, kDirectMinBlocks<C>) rms_norm_direct_kernel(RmsNormParams p) {
+__global__ void __launch_bounds__(kBlock, kDirectMinBlocks<C>)
+    rms_norm_direct_kernel(RmsNormParams p, int64_t chunk) {
   constexpr int N = 16 / static_cast<int>(sizeof(T));
   constexpr Round kM = static_cast<Round>(kMid);
   // round(x * inv) to T, then a product in T rounded once: one packed multiply per pair
@@ -179,10 +183,10 @@ __global__ void __launch_bounds__(kBlock, kDirectMinBlocks<C>) rms_norm_direct_k
   const int groups = blockDim.x / p.tpr;
   const float inv_cols = 1.0f / static_cast<float>(p.cols);
   // Every thread runs the same number of iterations: row_sum needs all of them.
-  for (int64_t base = static_cast<int64_t>(blockIdx.x) * groups; base < p.rows;
-       base += static_cast<int64_t>(gridDim.x) * groups) {
+  const BlockRows br = block_rows(p.rows, chunk, groups);
+  for (int64_t base = br.begin; base < br.end; base += br.step) {
     const int64_t row = base + threadIdx.x / p.tpr;
-    const bool active = row < p.rows;
+    const bool active = row < br.end;
     const T* xr = x + (active ? row : 0) * p.x_stride;
     V cur[C];
     float ss = load_cached_sum(cur, xr, lane, p.tpr, nvec, active);
@@ -223,13 +227,15 @@ bool launch_rms_norm_direct(RmsNormParams p, int vec, int device, cudaStream_t s
   const int cache = nvec >= 128 ? 4 : 2;
   p.tpr = pow2_ceil(ceil_div(nvec, cache));
   const int64_t groups = kBlock / p.tpr;
-  // A grid-stride loop covers rows beyond the grid; 64 blocks per SM is plenty to balance.
-  const auto grid = static_cast<unsigned>(
-      std::min(ceil_div(p.rows, groups), static_cast<int64_t>(sm_count(device)) * 64));
+  auto go = [&](auto kernel) {
+    const RowLaunch l =
+        plan_row_launch(reinterpret_cast<const void*>(kernel), kBlock, p.rows, groups, device);
+    kernel<<<l.grid, kBlock, 0, stream>>>(p, l.chunk);
+  };
   if (cache == 4) {
-    rms_norm_direct_kernel<T, kMid, 4><<<grid, kBlock, 0, stream>>>(p);
+    go(rms_norm_direct_kernel<T, kMid, 4>);
   } else {
-    rms_norm_direct_kernel<T, kMid, 2><<<grid, kBlock, 0, stream>>>(p);
+    go(rms_norm_direct_kernel<T, kMid, 2>);
   }
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return true;

@@ -179,6 +179,32 @@ def test_gelu_every_half_value(device, dtype, approximate):
     assert_matches_aten(out[fin], once[fin], device, x[fin].abs(), "vs fp32 gelu rounded once")
 
 
+@requires_gpu
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("approximate", APPROX)
+def test_table_path_every_half_value(monkeypatch, dtype, approximate):
+    """The lookup-table kernel (act_table_kernel, a candidate: LTX_KERNELS_GELU_TABLE=1)
+    in calls large enough to take it (>= 2**22 elements): every 16-bit pattern many times
+    over, bit-exact vs eager; one long row with a scalar tail, a strided row layout, and
+    geglu in both gate orders."""
+    monkeypatch.setenv("LTX_KERNELS_GELU_TABLE", "1")
+    pats = torch.arange(-(1 << 15), 1 << 15, dtype=torch.int32, device="cuda").to(torch.int16)
+    many = pats.repeat(66)[torch.randperm(66 << 16, device="cuda")]
+    flat = many[: (65 << 16) - 3].view(dtype)  # 3 short of a whole vector: a 5-element tail
+    out = torch.full_like(flat, float("nan"))
+    gelu_fn(approximate)(flat, out=out)
+    assert_bits_equal(out, F.gelu(flat, approximate=approximate), "one long row")
+    rows = torch.empty(1100, 4104, dtype=dtype, device="cuda")[:, :4096]  # row stride 4104
+    rows.view(torch.int16).copy_(many[: 1100 * 4096].view(1100, 4096))
+    assert_bits_equal(gelu_fn(approximate)(rows), F.gelu(rows, approximate=approximate), "strided rows")
+    x = torch.empty(1040, 8192, dtype=dtype, device="cuda")
+    x[:, :4096].view(torch.int16).copy_(many[: 1040 * 4096].view(1040, 4096))  # the gate (gate_first)
+    x[:, 4096:] = torch.randn(1040, 4096, device="cuda").to(dtype)
+    for gate_first in (True, False):
+        assert_bits_equal(kernel.geglu(x, approximate, gate_first=gate_first),
+                          eager_geglu(x, approximate, gate_first), f"geglu gate_first={gate_first}")
+
+
 # ---- geglu: float64, eager, modules ----------------------------------------------
 
 

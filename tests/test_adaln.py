@@ -374,10 +374,11 @@ def test_broadcast_many_rows(shape, dtype, form):
         check(kernel.adaln(x, s32, h32), s32, h32)
 
 
-# adaln_direct_kernel (one half dtype, no weight, 16-byte vectors, D <= 8192) loads the
-# modulation with x (per-token) or after the reduction (broadcast); the developer switch
-# LTX_KERNELS_ADALN_KERNEL (read per call) forces either, or the older kernels ("row").
-# Every choice on every shape: thousands of rows (grid-stride loop), per-token and
+# adaln_direct_kernel (one half dtype, no weight, 16-byte vectors, D <= 8192), a candidate
+# that runs only when the developer switch LTX_KERNELS_ADALN_KERNEL (read per call) asks
+# for it: "direct" (the modulation loaded with x for per-token rows, after the reduction
+# for broadcast ones), or "early" / "late" to force either. Every choice and the default
+# on every shape: thousands of rows (grid-stride loop), per-token and
 # broadcast modulation, no shift, a width that leaves threads idle in the last vector
 # (5120), the widest it takes (8192), short rows (many rows per block), LayerNorm, and
 # rows enough for its grid-stride loop on an H200 (D = 8: 256 rows per block, 132 * 64 blocks).
@@ -386,13 +387,23 @@ DIRECT_SHAPES = [((2, 4099, 2048), "btd"), ((2, 4099, 2048), "b1d"), ((3, 777, 5
                  ((2, 1081347, 8), "b1d")]
 
 
+DIRECT_CHOICES = {
+    "default": {},
+    "direct": {"LTX_KERNELS_ADALN_KERNEL": "direct"},
+    "early": {"LTX_KERNELS_ADALN_KERNEL": "early"},
+    "late": {"LTX_KERNELS_ADALN_KERNEL": "late"},
+    # balanced row chunks instead of grid-stride (common/row_order.cuh)
+    "direct_chunk": {"LTX_KERNELS_ADALN_KERNEL": "direct", "LTX_KERNELS_ROW_ORDER": "chunk"},
+}
+
+
 @requires_gpu
-@pytest.mark.parametrize("choice", [None, "early", "late", "row"])
+@pytest.mark.parametrize("choice", list(DIRECT_CHOICES))
 @pytest.mark.parametrize("shape,form", DIRECT_SHAPES, ids=str)
 @pytest.mark.parametrize("dtype", [BF16, torch.float16])
 def test_direct_kernel_choices(monkeypatch, choice, shape, form, dtype):
-    if choice is not None:
-        monkeypatch.setenv("LTX_KERNELS_ADALN_KERNEL", choice)
+    for name, value in DIRECT_CHOICES[choice].items():
+        monkeypatch.setenv(name, value)
     d = shape[-1]
     x = quantised(shape, dtype, "cuda")
     mod_shape = shape if form == "btd" else (shape[0], 1, d)

@@ -174,6 +174,24 @@ def test_one_dtype_kernel_many_rows(rows, d, x_dtype, semantics, with_weight):
     assert_matches_module(out, expected, mid_dtype(x_dtype, w_dtype, semantics), f"{rows}x{d}")
 
 
+@requires_gpu
+@pytest.mark.parametrize("rows,d", [(4099, 8192), (5003, 2048), (258049, 64), (40000, 128), (1, 4096)])
+@pytest.mark.parametrize("x_dtype", [torch.bfloat16, torch.float16])
+def test_one_dtype_kernel_chunked_rows(monkeypatch, rows, d, x_dtype):
+    """rms_norm_direct_kernel with balanced row chunks (LTX_KERNELS_ROW_ORDER=chunk, a
+    candidate: common/row_order.cuh): row counts that leave every chunk's last iteration
+    partial, fewer rows than blocks, one row; out poisoned with NaN."""
+    monkeypatch.setenv("LTX_KERNELS_ROW_ORDER", "chunk")
+    x = torch.randn(rows, d, device="cuda").to(x_dtype)
+    w = make_weight(d, x_dtype, "cuda")
+    module = MODULES["llama"][0](d, 1e-6, w)
+    with torch.no_grad():
+        expected = module(x)
+    out = torch.full_like(expected, float("nan"))
+    kernel.rmsnorm(x, w, 1e-6, semantics="llama", out=out)
+    assert_matches_module(out, expected, mid_dtype(x_dtype, x_dtype, "llama"), f"{rows}x{d} chunked")
+
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_torch_eps_none_is_float32_epsilon(device):
     x = torch.randn(8, 256, device=device, dtype=torch.bfloat16) * 1e-4

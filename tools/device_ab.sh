@@ -1,16 +1,17 @@
 #!/usr/bin/env bash
 # One short call on the GPU machine (device tool, carry .whl/) to judge a kernel candidate:
-# build the CUDA variant for the local GPU, run the tests that name the candidate first
-# (LTX_AB_FIRST, a pytest -k expression), then benchmarks/ab_kernels.py for LTX_AB_OP
-# (every variant checked against eager, then timed with its peers in one process, clean
-# cold-L2 flush), then the wider tests (LTX_AB_TESTS) with whatever time is left of
-# LTX_AB_LIMIT seconds. Each stage has its own timeout so the earlier results come back.
-#   LTX_AB_OP (default adaln), LTX_AB_ROUNDS (3), LTX_AB_S (ab stage, 100),
-#   LTX_AB_FIRST (default direct_kernel), LTX_AB_TESTS (default "adaln or rmsnorm"),
-#   LTX_AB_LIMIT (default 240)
+# build the CUDA variant for the local GPU, run the tests that name the candidates first
+# (LTX_AB_FIRST, a pytest -k expression), then benchmarks/ab_kernels.py for each op of
+# LTX_AB_OPS (every variant checked against eager, then timed with its peers in one
+# process, clean cold-L2 flush), then the wider tests (LTX_AB_TESTS) with whatever time is
+# left of LTX_AB_LIMIT seconds. Each stage has its own timeout so earlier results come back.
+#   LTX_AB_OPS (default adaln,rmsnorm,act), LTX_AB_ROUNDS (3), LTX_AB_S (per op, 100),
+#   LTX_AB_FIRST (default "direct_kernel or chunked_rows or table_path"),
+#   LTX_AB_TESTS (default "adaln or rmsnorm or gelu or geglu"), LTX_AB_LIMIT (default 540)
 set -uo pipefail
 source "$(dirname "$0")/device_common.sh"
-LIMIT=${LTX_AB_LIMIT:-240}
+LIMIT=${LTX_AB_LIMIT:-540}
+FIRST=${LTX_AB_FIRST:-direct_kernel or chunked_rows or table_path}
 device_env | tee "$OUT/env.txt"
 export LTX_ARCH=${LTX_ARCH:-native}
 python3 tools/build.py --backend cuda --arch "$LTX_ARCH" -j 14 > "$OUT/build_cuda.log" 2>&1 \
@@ -26,11 +27,14 @@ pytest_stage() {  # pytest_stage NAME SECONDS -k-EXPRESSION
   grep -E "^(FAILED|ERROR)" "$OUT/$name.log" | head -20
 }
 
-pytest_stage pytest_first 60 "${LTX_AB_FIRST:-direct_kernel}"
+pytest_stage pytest_first 90 "$FIRST"
 
-timeout "${LTX_AB_S:-100}" python3 benchmarks/ab_kernels.py --op "${LTX_AB_OP:-adaln}" \
-  --rounds "${LTX_AB_ROUNDS:-3}" --methods clean > "$OUT/ab.txt" 2>&1
-echo "ab rc=$? at ${SECONDS}s"
-grep -v -i warning "$OUT/ab.txt" | tail -60
+OPS=${LTX_AB_OPS:-adaln,rmsnorm,act}
+for op in ${OPS//,/ }; do
+  timeout "${LTX_AB_S:-100}" python3 benchmarks/ab_kernels.py --op "$op" \
+    --rounds "${LTX_AB_ROUNDS:-3}" --methods clean > "$OUT/ab_$op.txt" 2>&1
+  echo "ab $op rc=$? at ${SECONDS}s"
+  grep -v -i warning "$OUT/ab_$op.txt" | tail -60
+done
 
-pytest_stage pytest_rest $(( LIMIT - SECONDS )) "(${LTX_AB_TESTS:-adaln or rmsnorm}) and not ${LTX_AB_FIRST:-direct_kernel}"
+pytest_stage pytest_rest $(( LIMIT - SECONDS )) "(${LTX_AB_TESTS:-adaln or rmsnorm or gelu or geglu}) and not ($FIRST)"
