@@ -172,6 +172,22 @@ __global__ void __launch_bounds__(kBlock, kMinBlocks) act_kernel(ActParams p) {
 }
 
 
+// Sets p.tpr, the threads per row, for U vectors each of p.nvec, and returns the block
+// size (at most max_block). Short rows share a block (a power of two threads each);
+// longer rows get as few tiles as max_block threads allow, then as few whole warps as
+// fill them evenly (d = 5120 bf16 at 256: 2 tiles of 160 threads, not a full and a
+// quarter-full 256).
+inline int row_block(ActParams& p, int U, int max_block) {
+  const int64_t want = std::max<int64_t>(1, ceil_div(p.nvec, U));
+  if (want <= 16) {
+    p.tpr = pow2_ceil(want);
+    return max_block;
+  }
+  const int64_t tiles = ceil_div(want, max_block);
+  p.tpr = static_cast<int>(std::min<int64_t>(max_block, ceil_div(ceil_div(want, tiles), 32) * 32));
+  return (max_block / p.tpr) * p.tpr;
+}
+
 // ---- lookup-table path (bf16 / fp16) ---------------------------------------------------
 //
 // A 16-bit dtype has 65536 values, so GELU of every one of them fits a 128 KB table,
@@ -241,8 +257,16 @@ __global__ void __launch_bounds__(kTableBlock, 1)
 
   bool have_table = false;
   for (int64_t t = blockIdx.x; t < tg.tiles; t += gridDim.x) {
-    const int64_t rg = t / tg.col_tiles;
-    const int64_t j0 = (t - rg * tg.col_tiles) * U * p.tpr + lane;
+    // Row group and column tile of tile t; the 64-bit division only where both vary.
+    int64_t rg = t, ct = 0;
+    if (p.rows == 1) {
+      rg = 0;
+      ct = t;
+    } else if (tg.col_tiles > 1) {
+      rg = t / tg.col_tiles;
+      ct = t - rg * tg.col_tiles;
+    }
+    const int64_t j0 = ct * U * p.tpr + lane;
     const int64_t row = rg * groups + sub;
     const bool active = row < p.rows;
     const int64_t gi = (active ? row : 0) * p.in_stride + j0 * N;
@@ -301,13 +325,14 @@ const uint16_t* gelu_table(int device, cudaStream_t stream) {
   constexpr int kMaxDevices = 64;
   static std::mutex mu;
   static int state[kMaxDevices] = {};  // 0 unknown, 1 built, -1 not possible
+  static uint16_t* built[kMaxDevices] = {};
   if (device < 0 || device >= kMaxDevices) return nullptr;
-  void* base = nullptr;
+  const std::lock_guard<std::mutex> lock(mu);
+  if (state[device] != 0) return state[device] > 0 ? built[device] : nullptr;
+  void* base = nullptr;  // this device's copy of the module global (the guard set the device)
   C10_CUDA_CHECK(cudaGetSymbolAddress(&base, g_gelu_tables));
   uint16_t* table = static_cast<uint16_t*>(base) +
                     (static_cast<int>(K) * 2 + (std::is_same_v<T, __half> ? 1 : 0)) * kTableEntries;
-  const std::lock_guard<std::mutex> lock(mu);
-  if (state[device] != 0) return state[device] > 0 ? table : nullptr;
   int optin = 0;
   C10_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
   if (static_cast<size_t>(optin) < kTableBytes) {
@@ -326,6 +351,7 @@ const uint16_t* gelu_table(int device, cudaStream_t stream) {
                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         static_cast<int>(kTableBytes)));
   }
+  built[device] = table;
   state[device] = 1;
   return table;
 }
@@ -344,19 +370,7 @@ bool launch_act_table(ActParams p, int vec, GeluKind kind, int device, cudaStrea
                                                     : gelu_table<T, GeluKind::kErf>(device, stream);
     if (table == nullptr) return false;
     constexpr int U = kUnroll<kGated>;
-    // Threads per row as in launch(): short rows share the block, longer ones get tiles
-    // of evenly filled warps, at most kTableBlock threads.
-    const int64_t want = std::max<int64_t>(1, ceil_div(p.nvec, U));
-    int block;
-    if (want <= 16) {
-      p.tpr = pow2_ceil(want);
-      block = kTableBlock;
-    } else {
-      const int64_t tiles = ceil_div(want, kTableBlock);
-      p.tpr = static_cast<int>(
-          std::min<int64_t>(kTableBlock, ceil_div(ceil_div(want, tiles), 32) * 32));
-      block = (kTableBlock / p.tpr) * p.tpr;
-    }
+    const int block = row_block(p, U, kTableBlock);
     const int64_t groups = block / p.tpr;
     TableGrid tg{};
     tg.col_tiles = ceil_div(p.nvec, static_cast<int64_t>(U) * p.tpr);
@@ -394,20 +408,7 @@ void launch(ActParams p, int64_t rows, int64_t cols, int vec, const at::Tensor& 
   if (done) return;
 
   constexpr int U = kUnroll<kGated>;
-  // Threads per row: enough for U vectors each. Short rows share a block
-  // (a power of two of them per row); longer rows get whole warps, at most kBlock.
-  const int64_t want = std::max<int64_t>(1, ceil_div(p.nvec, U));
-  int block;
-  if (want <= 16) {
-    p.tpr = pow2_ceil(want);
-    block = kBlock;
-  } else {
-    // As few tiles as kBlock threads allow, then as few threads as fill them evenly
-    // (d = 5120 bf16: 2 tiles of 160 threads, not a full and a quarter-full 256).
-    const int64_t tiles = ceil_div(want, kBlock);
-    p.tpr = static_cast<int>(std::min<int64_t>(kBlock, ceil_div(ceil_div(want, tiles), 32) * 32));
-    block = (kBlock / p.tpr) * p.tpr;
-  }
+  const int block = row_block(p, U, kBlock);
   const int64_t groups = block / p.tpr;
   const int64_t col_tiles = std::max<int64_t>(1, ceil_div(p.nvec, static_cast<int64_t>(U) * p.tpr));
   TORCH_CHECK(col_tiles <= INT32_MAX, "ltx_kernels.", op, ": tensor too large");

@@ -136,6 +136,22 @@ __device__ __forceinline__ float cached_sum(bool active, int lane, int tpr, int 
   return s;
 }
 
+// fp32 statistics of a row whose vectors i < C this thread holds (elem(i, k)): sets `mean`
+// (LayerNorm; 0 for RMSNorm) and returns 1 / sqrt(mean square, centred for LayerNorm, + eps).
+// Every thread of the block must call it (row_sum).
+template <int C, int N, bool kLayer, class Elem>
+__device__ __forceinline__ float cached_row_inv(bool active, int lane, int tpr, int nvec,
+                                                float inv_cols, float eps, float* scratch,
+                                                Elem elem, float& mean) {
+  mean = 0.f;
+  if constexpr (kLayer) {
+    const float s = cached_sum<C, N, false, false>(active, lane, tpr, nvec, 0.f, elem);
+    mean = row_sum(s, tpr, scratch) * inv_cols;
+  }
+  const float ss = cached_sum<C, N, true, kLayer>(active, lane, tpr, nvec, mean, elem);
+  return rsqrtf(row_sum(ss, tpr, scratch) * inv_cols + eps);
+}
+
 // ---- adaln -------------------------------------------------------------------------
 
 struct AdaLnParams {
@@ -385,15 +401,10 @@ __global__ void LTX_STREAM_BOUNDS adaln_stream_kernel(AdaLnParams p, int64_t chu
     stage = stage + 1 == stages ? 0 : stage + 1;
     fill = fill + 1 == stages ? 0 : fill + 1;
 
-    auto elem = [&](int i, int k) { return to_float(cur[i].v[k]); };
-    float mean = 0.f;
-    if constexpr (kLayer) {
-      const float s = cached_sum<C, N, false, false>(active, lane, p.tpr, nvec, 0.f, elem);
-      mean = row_sum(s, p.tpr, scratch) * inv_cols;
-    }
-    float ss = cached_sum<C, N, true, kLayer>(active, lane, p.tpr, nvec, mean, elem);
-    ss = row_sum(ss, p.tpr, scratch);
-    const float inv = rsqrtf(ss * inv_cols + p.eps);
+    float mean;
+    const float inv = cached_row_inv<C, N, kLayer>(
+        active, lane, p.tpr, nvec, inv_cols, p.eps, scratch,
+        [&](int i, int k) { return to_float(cur[i].v[k]); }, mean);
 
     if (active) {
       if (row >= run_end) {  // a new modulation row
@@ -527,15 +538,10 @@ __global__ void __launch_bounds__(kDirectBlock, kAdaDirectMinBlocks<kEarly>)
       }
     }
 
-    auto elem = [&](int i, int k) { return to_float(xc[i].v[k]); };
-    float mean = 0.f;
-    if constexpr (kLayer) {
-      const float s = cached_sum<C, N, false, false>(active, lane, p.tpr, nvec, 0.f, elem);
-      mean = row_sum(s, p.tpr, scratch) * inv_cols;
-    }
-    float ss = cached_sum<C, N, true, kLayer>(active, lane, p.tpr, nvec, mean, elem);
-    ss = row_sum(ss, p.tpr, scratch);
-    const float inv = rsqrtf(ss * inv_cols + p.eps);
+    float mean;
+    const float inv = cached_row_inv<C, N, kLayer>(
+        active, lane, p.tpr, nvec, inv_cols, p.eps, scratch,
+        [&](int i, int k) { return to_float(xc[i].v[k]); }, mean);
     if (!active) continue;
 
     if constexpr (!kEarly) p.rs.offsets<2>(row, off);
