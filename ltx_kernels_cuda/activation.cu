@@ -209,7 +209,7 @@ constexpr int kTableBlock = 1024;
 constexpr int64_t kTableMinElements = int64_t{1} << 22;
 
 // One table per (kind, dtype) and device: a module global, so each device has its own.
-__device__ uint16_t g_gelu_tables[2][2][kTableEntries];
+__device__ __align__(16) uint16_t g_gelu_tables[2][2][kTableEntries];  // 16-byte copies
 
 template <typename T>
 __device__ __forceinline__ uint16_t bits_of(T v) {
