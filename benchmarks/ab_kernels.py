@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """A/B timing of our kernel variants for one op against its peers, in one process.
 
-    python benchmarks/ab_kernels.py [--op rmsnorm|adaln|act] [--rounds 3] [--methods clean,zero]
+    python benchmarks/ab_kernels.py [--op rmsnorm|adaln|act|rope] [--rounds 3] [--methods clean,zero]
 
 Why: single bench_ops.py runs on the device moved peers by up to 2x between calls
 (2026-12-03/04: Liger rmsnorm 30 -> 96 µs, compile 39 -> 51 µs at one shape), so a
@@ -23,7 +23,8 @@ launchers read these per call: LTX_KERNELS_RMS_KERNEL=row forces rms_norm_kernel
 LTX_KERNELS_ADALN_KERNEL=direct runs the candidate adaln_direct_kernel, early / late force
 when it loads scale/shift; LTX_KERNELS_ROW_ORDER=chunk gives both direct kernels balanced
 row chunks instead of grid-stride; LTX_KERNELS_GELU_TABLE=1 runs gelu / geglu of 16-bit
-dtypes through the candidate lookup-table kernel). Every variant's output is checked against the eager reference
+dtypes through the candidate lookup-table kernel; LTX_KERNELS_ROPE_PACKED=1 the rotate-half
+RoPE with half tables through packed pair ops). Every variant's output is checked against the eager reference
 before it is timed (a variant that disagrees is reported and not timed). A copy of the
 same bytes (the call's bytes read, the same written) is timed too.
 """
@@ -39,7 +40,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_ops import (Timer, cold_l2_us, load_kernel, ref_adaln_layer, ref_adaln_rms,  # noqa: E402
-                       ref_geglu_tanh, ref_rms_diffusers, ref_rms_llama)
+                       ref_geglu_tanh, ref_rms_diffusers, ref_rms_llama, ref_rope_llama)
 
 # Our variants per op: the environment each is called under.
 VARIANTS = {
@@ -58,6 +59,10 @@ VARIANTS = {
     "act": {
         "ours": {},
         "ours (table)": {"LTX_KERNELS_GELU_TABLE": "1"},
+    },
+    "rope": {
+        "ours": {},
+        "ours (packed)": {"LTX_KERNELS_ROPE_PACKED": "1"},
     },
 }
 
@@ -158,6 +163,37 @@ def act_cases(k, dev, g, liger_geglu):
     return cases
 
 
+def rope_cases(k, dev, g, liger_rope):
+    """Llama rotate-half in transformers' layout (q, k views of [B, S, H, D]), bf16 tables."""
+    cases = []
+    for hq, hk, seq, dh in [(32, 8, 8192, 128), (32, 8, 2048, 128), (32, 32, 4096, 64)]:
+        inv = 1.0 / (500000.0 ** (torch.arange(0, dh, 2, dtype=torch.float32, device=dev) / dh))
+        fr = torch.arange(seq, dtype=torch.float32, device=dev)[:, None] * inv[None, :]
+        emb = torch.cat((fr, fr), -1)[None]
+        cos, sin = emb.cos().to(torch.bfloat16), emb.sin().to(torch.bfloat16)
+        q = torch.randn(1, seq, hq, dh, device=dev, generator=g).to(torch.bfloat16).transpose(1, 2)
+        kk = torch.randn(1, seq, hk, dh, device=dev, generator=g).to(torch.bfloat16).transpose(1, 2)
+        peers = {}
+        if liger_rope is not None:  # rotates in place: its own copies
+            ql, kl = q.clone(), kk.clone()
+            peers["liger (in place)"] = (lambda ql, kl: lambda: liger_rope(ql, kl, cos, sin))(ql, kl)
+        cases.append(Case(
+            f"rope_llama q1x{hq}x{seq}x{dh},k{hk}",
+            (lambda q, kk, cos, sin: lambda: k.rope_rotate_half(q, kk, cos, sin)[0])(q, kk, cos, sin),
+            (lambda q, kk, cos, sin: ref_rope_llama(q, kk, cos, sin)[0]), (q, kk, cos, sin),
+            2 * nbytes(q, kk) + nbytes(cos, sin), peers))
+    return cases
+
+
+def liger_rope_fn():
+    try:
+        from liger_kernel.transformers.rope import liger_rotary_pos_emb
+        return liger_rotary_pos_emb
+    except Exception as e:  # absent: reported, never faked
+        print(f"liger absent ({type(e).__name__}: {str(e)[:100]})")
+        return None
+
+
 def liger_geglu_fn():
     try:
         from liger_kernel.ops.geglu import LigerGELUMulFunction
@@ -204,8 +240,10 @@ def main(argv=None):
         cases = rmsnorm_cases(k, dev, g)
     elif args.op == "adaln":
         cases = adaln_cases(k, dev, g, liger_modulated_rms_norm())
-    else:
+    elif args.op == "act":
         cases = act_cases(k, dev, g, liger_geglu_fn())
+    else:
+        cases = rope_cases(k, dev, g, liger_rope_fn())
 
     big_src = torch.empty(1 << 28, device=dev, dtype=torch.float32).fill_(2.0)  # 1 GiB
     big_dst = torch.empty_like(big_src)

@@ -13,6 +13,8 @@
 // (the backward, rope_backward.h): dx_a = g_a c_a + g_b s_b, dx_b = g_b c_b - g_a s_a,
 // always in fp32 with one rounding.
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 #include <numeric>
 #include <type_traits>
 
@@ -116,8 +118,27 @@ __device__ __forceinline__ void rotate_pair(float& xa, float& xb, float ca, floa
   }
 }
 
-template <typename Tx, typename Tc, int U, bool kInterleaved, bool kInverse>
-__global__ void __launch_bounds__(kBlock, kMinBlocks) rope_kernel(const RopeParams p) {
+// kPacked (a candidate, rotate-half forward only, Tx = Tc a half dtype, U = 8: the Llama
+// call with cos/sin in the model's dtype): the rotation as packed pair ops on whole 16-byte
+// vectors, x_a c_a - x_b s_a and x_b c_b + x_a s_b with each product and the sum rounded
+// once to T (mul_rn / sub_rn / add_rn, common/vec.cuh: equal to the step-rounded fp32 form),
+// no fp32 values held. Why: that instantiation holds the four table units and both heads'
+// values as floats, 126 registers on sm_90, so 2 blocks of 256 per SM and ~32 KB in flight
+// per SM (rope_llama bf16 at 67% of copy, 2026-12-04). The packed form fits 4 blocks per SM
+// (sm_90: 60 registers), except on sm_75, whose bf16 pair ops are emulated through fp32 and
+// spill under that cap.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+constexpr int kPackedMinBlocks = 2;
+#else
+constexpr int kPackedMinBlocks = 4;
+#endif
+
+template <typename Tx, typename Tc, int U, bool kInterleaved, bool kInverse, bool kPacked = false>
+__global__ void __launch_bounds__(kBlock, kPacked ? kPackedMinBlocks : kMinBlocks)
+    rope_kernel(const RopeParams p) {
+  static_assert(!kPacked || (U == 8 && std::is_same_v<Tx, Tc> && !std::is_same_v<Tx, float> &&
+                             !kInterleaved && !kInverse),
+                "the packed form is the rotate-half forward on 16-byte vectors of one half dtype");
   constexpr int kUnit = (kInterleaved && U < 2) ? 2 : U;  // a unit holds whole pairs
   constexpr int CX = chunk_of<Tx, U>();
   constexpr int CC = chunk_of<Tc, U>();
@@ -197,6 +218,32 @@ __global__ void __launch_bounds__(kBlock, kMinBlocks) rope_kernel(const RopePara
           if (two) {
             rotate(w);
             w.store(o2 + off);
+          }
+        });
+      } else if constexpr (kPacked) {
+        using V = Vec<Tx, 8>;
+        const int lo = j * kUnit;
+        const int hi = lo + p.half;
+        const V c1 = V::load(cr + lo), c2 = V::load(cr + hi);
+        const V s1 = V::load(sr + lo), s2 = V::load(sr + hi);
+        auto rotate = [&](V& a, V& z) {  // a: first half, z: second half
+          const V na = sub_rn(mul_rn(a, c1), mul_rn(z, s1));
+          z = add_rn(mul_rn(z, c2), mul_rn(a, s2));
+          a = na;
+        };
+        for_heads([&](const Tx* x, Tx* o, const Tx* x2, Tx* o2, bool two) {
+          V a = V::load(x + lo), z = V::load(x + hi), a2, z2;
+          if (two) {
+            a2 = V::load(x2 + lo);
+            z2 = V::load(x2 + hi);
+          }
+          rotate(a, z);
+          a.store(o + lo);
+          z.store(o + hi);
+          if (two) {
+            rotate(a2, z2);
+            a2.store(o2 + lo);
+            z2.store(o2 + hi);
           }
         });
       } else {
@@ -296,6 +343,11 @@ int pick_unit(const RopeParams& p, int xs, int cs, int64_t cols) {
   return 1;
 }
 
+bool packed_asked() {
+  const char* v = std::getenv("LTX_KERNELS_ROPE_PACKED");
+  return v != nullptr && std::strcmp(v, "1") == 0;
+}
+
 int pow2_floor(int64_t v) {
   int p = 1;
   while (static_cast<int64_t>(p) * 2 <= v) p <<= 1;
@@ -373,6 +425,16 @@ void rope_rotate_launch(const at::Tensor& out0, const at::Tensor& in0, const at:
                 } else {
                   TORCH_CHECK(false, "ltx_kernels.rope_interleaved: tables must be float32");
                 }
+              } else if constexpr (!kInv && U == 8 && std::is_same_v<Tc, Tx> &&
+                                   !std::is_same_v<Tx, float>) {
+                // LTX_KERNELS_ROPE_PACKED=1 (read per call: an A/B switch) asks for the
+                // packed candidate (see rope_kernel).
+                if (packed_asked()) {
+                  rope_kernel<Tx, Tc, U, false, false, true><<<grid, kBlock, 0, stream>>>(p);
+                } else {
+                  rope_kernel<Tx, Tc, U, false, false><<<grid, kBlock, 0, stream>>>(p);
+                }
+                C10_CUDA_KERNEL_LAUNCH_CHECK();
               } else {
                 rope_kernel<Tx, Tc, U, false, kInv><<<grid, kBlock, 0, stream>>>(p);
                 C10_CUDA_KERNEL_LAUNCH_CHECK();

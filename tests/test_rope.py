@@ -304,6 +304,32 @@ def test_rotate_half_matches_llama(device, dtype, u, head_dim):
     assert torch.equal(kernel.rope_rotate_half_single(k, cos, sin, u), ok)
 
 
+@requires_gpu
+@pytest.mark.parametrize("dtype", HALF_DTYPES)
+@pytest.mark.parametrize("u", [1, 2])
+@pytest.mark.parametrize("head_dim,pct", [(128, 1.0), (64, 1.0), (64, 0.5), (80, 0.4)])
+def test_rotate_half_packed_candidate(monkeypatch, dtype, u, head_dim, pct):
+    """The packed rotate-half form (LTX_KERNELS_ROPE_PACKED=1, a candidate: rope_kernel's
+    kPacked), taken by half x with tables of its dtype on 16-byte units: bit-exact vs
+    Llama / GPT-NeoX eager, GQA, partial rotary, both layouts, in place, many tokens."""
+    monkeypatch.setenv("LTX_KERNELS_ROPE_PACKED", "1")
+    b, s, hq, hk = 2, 1031, 8, 2
+    if pct == 1.0:
+        cos, sin = llama_tables(head_dim, b, s, dtype, device="cuda", offset=5)
+        apply = llama_apply
+    else:
+        cos, sin = neox_tables(head_dim, pct, b, s, dtype, "cuda")
+        apply = neox_apply
+    assert cos.dtype == dtype
+    q = make_heads(b, hq, s, head_dim, dtype, "cuda", u)
+    k = make_heads(b, hk, s, head_dim, dtype, "cuda", u)
+    eq, ek = apply(q, k, cos, sin, u)
+    oq, ok = kernel.rope_rotate_half(q, k, cos, sin, u)
+    assert torch.equal(oq, eq) and torch.equal(ok, ek), "not bit-exact vs eager"
+    kernel.rope_rotate_half(q, k, cos, sin, u, inplace=True)
+    assert torch.equal(q, eq) and torch.equal(k, ek), "in place"
+
+
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", HALF_DTYPES)
 @pytest.mark.parametrize("u", [1, 2])

@@ -196,8 +196,8 @@ __device__ __forceinline__ Vec<T, N> pack_from_float(const float (&f)[N]) {
 }
 
 // ---- packed half arithmetic --------------------------------------------------------
-// a * b and a + b elementwise for T = __half / __nv_bfloat16, two at a time, each result
-// rounded once to T (HMUL2 / HADD2: sm_80+ for bf16, sm_53+ for fp16; the headers emulate
+// a * b, a + b and a - b elementwise for T = __half / __nv_bfloat16, two at a time, each
+// result rounded once to T (HMUL2 / HADD2: sm_80+ for bf16, sm_53+ for fp16; the headers emulate
 // bf16 through fp32 on sm_75). Equal to eager's fp32 op followed by the cast back to T:
 // rounding a product or sum of two p-bit values first to q bits and then to p bits is
 // innocuous when q >= 2p + 2 (fp32's q = 24; p = 8 for bf16, 11 for fp16). One packed
@@ -236,6 +236,11 @@ template <typename T, int N>
 __device__ __forceinline__ Vec<T, N> add_rn(const Vec<T, N>& a, const Vec<T, N>& b) {
   using P = typename Pair2<T>::type;
   return pairwise(a, b, [](P x, P y) { return __hadd2_rn(x, y); });
+}
+template <typename T, int N>
+__device__ __forceinline__ Vec<T, N> sub_rn(const Vec<T, N>& a, const Vec<T, N>& b) {
+  using P = typename Pair2<T>::type;
+  return pairwise(a, b, [](P x, P y) { return __hsub2_rn(x, y); });
 }
 
 }  // namespace ltx::cuda
