@@ -220,66 +220,63 @@ __global__ void __launch_bounds__(kBlock, kPacked ? kPackedMinBlocks : kMinBlock
             w.store(o2 + off);
           }
         });
-      } else if constexpr (kPacked) {
-        using V = Vec<Tx, 8>;
-        const int lo = j * kUnit;
-        const int hi = lo + p.half;
-        const V c1 = V::load(cr + lo), c2 = V::load(cr + hi);
-        const V s1 = V::load(sr + lo), s2 = V::load(sr + hi);
-        auto rotate = [&](V& a, V& z) {  // a: first half, z: second half
-          const V na = sub_rn(mul_rn(a, c1), mul_rn(z, s1));
-          z = add_rn(mul_rn(z, c2), mul_rn(a, s2));
-          a = na;
-        };
-        for_heads([&](const Tx* x, Tx* o, const Tx* x2, Tx* o2, bool two) {
-          V a = V::load(x + lo), z = V::load(x + hi), a2, z2;
-          if (two) {
-            a2 = V::load(x2 + lo);
-            z2 = V::load(x2 + hi);
-          }
-          rotate(a, z);
-          a.store(o + lo);
-          z.store(o + hi);
-          if (two) {
-            rotate(a2, z2);
-            a2.store(o2 + lo);
-            z2.store(o2 + hi);
-          }
-        });
       } else {
         const int lo = j * kUnit;
         const int hi = lo + p.half;
-        UC c1, c2, s1, s2;
-        c1.load(cr + lo);
-        c2.load(cr + hi);
-        s1.load(sr + lo);
-        s2.load(sr + hi);
-        auto rotate = [&](UX& a, UX& z) {  // a: first half, z: second half
-#pragma unroll
-          for (int i = 0; i < kUnit; ++i) {
-            float x1 = a.get(i), x2 = z.get(i);
-            rotate_pair<Tx, kStep, kInverse>(x1, x2, c1.get(i), s1.get(i), c2.get(i), s2.get(i));
-            a.set(i, x1);
-            z.set(i, x2);
-          }
+        // Each head's two halves, and both heads' loads before either is rotated and stored
+        // (bytes in flight). load(ptr) gives a unit, rotate(a, z) rotates one head's halves.
+        auto rotate_heads = [&](auto load, auto rotate) {
+          for_heads([&](const Tx* x, Tx* o, const Tx* x2, Tx* o2, bool two) {
+            auto a = load(x + lo);
+            auto z = load(x + hi);
+            decltype(a) a2, z2;
+            if (two) {
+              a2 = load(x2 + lo);
+              z2 = load(x2 + hi);
+            }
+            rotate(a, z);
+            a.store(o + lo);
+            z.store(o + hi);
+            if (two) {
+              rotate(a2, z2);
+              a2.store(o2 + lo);
+              z2.store(o2 + hi);
+            }
+          });
         };
-        for_heads([&](const Tx* x, Tx* o, const Tx* x2, Tx* o2, bool two) {
-          UX a, z, a2, z2;
-          a.load(x + lo);
-          z.load(x + hi);
-          if (two) {
-            a2.load(x2 + lo);
-            z2.load(x2 + hi);
-          }
-          rotate(a, z);
-          a.store(o + lo);
-          z.store(o + hi);
-          if (two) {
-            rotate(a2, z2);
-            a2.store(o2 + lo);
-            z2.store(o2 + hi);
-          }
-        });
+        if constexpr (kPacked) {
+          using V = Vec<Tx, 8>;
+          const V c1 = V::load(cr + lo), c2 = V::load(cr + hi);
+          const V s1 = V::load(sr + lo), s2 = V::load(sr + hi);
+          rotate_heads([](const Tx* ptr) { return V::load(ptr); },
+                       [&](V& a, V& z) {  // a: first half, z: second half
+                         const V na = sub_rn(mul_rn(a, c1), mul_rn(z, s1));
+                         z = add_rn(mul_rn(z, c2), mul_rn(a, s2));
+                         a = na;
+                       });
+        } else {
+          UC c1, c2, s1, s2;
+          c1.load(cr + lo);
+          c2.load(cr + hi);
+          s1.load(sr + lo);
+          s2.load(sr + hi);
+          rotate_heads(
+              [](const Tx* ptr) {
+                UX u;
+                u.load(ptr);
+                return u;
+              },
+              [&](UX& a, UX& z) {  // a: first half, z: second half
+#pragma unroll
+                for (int i = 0; i < kUnit; ++i) {
+                  float x1 = a.get(i), x2 = z.get(i);
+                  rotate_pair<Tx, kStep, kInverse>(x1, x2, c1.get(i), s1.get(i), c2.get(i),
+                                                   s2.get(i));
+                  a.set(i, x1);
+                  z.set(i, x2);
+                }
+              });
+        }
       }
     }
 
