@@ -39,8 +39,8 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_ops import (Timer, cold_l2_us, load_kernel, ref_adaln_layer, ref_adaln_rms,  # noqa: E402
-                       ref_geglu_tanh, ref_rms_diffusers, ref_rms_llama, ref_rope_llama)
+from bench_ops import (Timer, cold_l2_us, import_liger, load_kernel, ref_adaln_layer,  # noqa: E402
+                       ref_adaln_rms, ref_geglu_tanh, ref_rms_diffusers, ref_rms_llama, ref_rope_llama)
 
 # Our variants per op: the environment each is called under.
 VARIANTS = {
@@ -185,33 +185,6 @@ def rope_cases(k, dev, g, liger_rope):
     return cases
 
 
-def liger_rope_fn():
-    try:
-        from liger_kernel.transformers.rope import liger_rotary_pos_emb
-        return liger_rotary_pos_emb
-    except Exception as e:  # absent: reported, never faked
-        print(f"liger absent ({type(e).__name__}: {str(e)[:100]})")
-        return None
-
-
-def liger_geglu_fn():
-    try:
-        from liger_kernel.ops.geglu import LigerGELUMulFunction
-        return LigerGELUMulFunction.apply
-    except Exception as e:  # absent: reported, never faked
-        print(f"liger absent ({type(e).__name__}: {str(e)[:100]})")
-        return None
-
-
-def liger_modulated_rms_norm():
-    try:
-        from liger_kernel.transformers import functional as lf
-        return getattr(lf, "liger_modulated_rms_norm", None)
-    except Exception as e:  # absent: reported, never faked
-        print(f"liger absent ({type(e).__name__}: {str(e)[:100]})")
-        return None
-
-
 def check(got, want):
     """Max abs difference and the fraction of elements that differ from eager's output."""
     d = (got.float() - want.float()).abs()
@@ -236,14 +209,17 @@ def main(argv=None):
     methods = {m: all_methods[m] for m in args.methods.split(",")}
     g = torch.Generator(device=dev).manual_seed(0)
     variants = VARIANTS[args.op]
+    liger, liger_note = import_liger()
+    print(f"liger: {liger_note}")
+    liger = liger or {}
     if args.op == "rmsnorm":
         cases = rmsnorm_cases(k, dev, g)
     elif args.op == "adaln":
-        cases = adaln_cases(k, dev, g, liger_modulated_rms_norm())
+        cases = adaln_cases(k, dev, g, liger.get("modulated_rms_norm"))
     elif args.op == "act":
-        cases = act_cases(k, dev, g, liger_geglu_fn())
+        cases = act_cases(k, dev, g, liger.get("geglu"))
     else:
-        cases = rope_cases(k, dev, g, liger_rope_fn())
+        cases = rope_cases(k, dev, g, liger.get("rope"))
 
     big_src = torch.empty(1 << 28, device=dev, dtype=torch.float32).fill_(2.0)  # 1 GiB
     big_dst = torch.empty_like(big_src)

@@ -179,6 +179,21 @@ def fmt_shape(*shapes):
     return ",".join("x".join(map(str, s)) for s in shapes)
 
 
+def import_liger():
+    """(Liger-Kernel's entry points by op, or None when it does not import; a note saying which)."""
+    try:
+        import liger_kernel  # noqa: F401
+        from liger_kernel.ops.geglu import LigerGELUMulFunction
+        from liger_kernel.transformers import functional as lf
+        from liger_kernel.transformers.rope import liger_rotary_pos_emb
+
+        ops = dict(rms_norm=lf.liger_rms_norm, geglu=LigerGELUMulFunction.apply, rope=liger_rotary_pos_emb,
+                   modulated_rms_norm=getattr(lf, "liger_modulated_rms_norm", None))
+        return ops, f"liger-kernel {_version('liger-kernel')}"
+    except Exception as e:  # absent or broken: reported, never faked
+        return None, f"absent ({type(e).__name__}: {str(e)[:120]})"
+
+
 class Env:
     """Device, kernel, optional peers (imported once)."""
 
@@ -192,18 +207,7 @@ class Env:
             self._import_peers()
 
     def _import_peers(self):
-        try:
-            import liger_kernel  # noqa: F401
-            from liger_kernel.ops.geglu import LigerGELUMulFunction
-            from liger_kernel.transformers import functional as lf
-            from liger_kernel.transformers.rope import liger_rotary_pos_emb
-
-            self.liger = dict(rms_norm=lf.liger_rms_norm, geglu=LigerGELUMulFunction.apply,
-                              rope=liger_rotary_pos_emb,
-                              modulated_rms_norm=getattr(lf, "liger_modulated_rms_norm", None))
-            self.liger_note = f"liger-kernel {_version('liger-kernel')}"
-        except Exception as e:  # absent or broken: reported, never faked
-            self.liger_note = f"absent ({type(e).__name__}: {str(e)[:120]})"
+        self.liger, self.liger_note = import_liger()
         os.environ.setdefault("FLASHINFER_USE_CUDA_NORM", "1")
         try:
             import flashinfer

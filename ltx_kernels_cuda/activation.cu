@@ -17,7 +17,6 @@
 // to the storage dtype before the product, as eager `h * F.gelu(g)` does.
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <type_traits>
@@ -363,9 +362,8 @@ bool launch_act_table(ActParams p, int vec, GeluKind kind, int device, cudaStrea
   if constexpr (sizeof(T) != 2) {
     return false;
   } else {
-    const char* ask = std::getenv("LTX_KERNELS_GELU_TABLE");  // read per call: an A/B switch
-    if (ask == nullptr || std::strcmp(ask, "1") != 0) return false;
     if (vec != 8 || p.rows * p.nvec * 8 < kTableMinElements) return false;
+    if (ab_switch("LTX_KERNELS_GELU_TABLE") != "1") return false;
     const uint16_t* table = kind == GeluKind::kTanh ? gelu_table<T, GeluKind::kTanh>(device, stream)
                                                     : gelu_table<T, GeluKind::kErf>(device, stream);
     if (table == nullptr) return false;

@@ -17,8 +17,6 @@
 // dtype mixes and vector width 1 take one generic kernel that converts each
 // element by its run-time dtype, to keep the number of instantiations small.
 #include <algorithm>
-#include <cstdlib>
-#include <cstring>
 #include <type_traits>
 
 #include "../torch-ext/torch_binding.h"
@@ -582,15 +580,10 @@ bool launch_adaln_direct(AdaLnParams p, int vec, bool early, int device, cudaStr
   if (vec != N || nvec > static_cast<int64_t>(kDirectCached) * kDirectBlock) return false;
   p.tpr = pow2_ceil(ceil_div(nvec, kDirectCached));
   const int64_t groups = kDirectBlock / p.tpr;
-  auto go = [&](auto kernel) {
-    const RowLaunch l = plan_row_launch(reinterpret_cast<const void*>(kernel), kDirectBlock,
-                                        p.rows, groups, device);
-    kernel<<<l.grid, kDirectBlock, 0, stream>>>(p, l.chunk);
-  };
   if (early) {
-    go(adaln_direct_kernel<T, kLayer, true>);
+    launch_rows(adaln_direct_kernel<T, kLayer, true>, p, kDirectBlock, groups, device, stream);
   } else {
-    go(adaln_direct_kernel<T, kLayer, false>);
+    launch_rows(adaln_direct_kernel<T, kLayer, false>, p, kDirectBlock, groups, device, stream);
   }
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return true;
@@ -770,11 +763,10 @@ void adaln_launch(const at::Tensor& out2d, const at::Tensor& x2d, const at::Tens
   // call has run test_direct_kernel_choices and benchmarks/ab_kernels.py --op adaln, it runs
   // only when LTX_KERNELS_ADALN_KERNEL (read per call: a developer's A/B switch) asks:
   // "direct", or "early" / "late" to force when it loads scale/shift.
-  const char* pick = std::getenv("LTX_KERNELS_ADALN_KERNEL");
-  auto picked = [&](const char* v) { return pick != nullptr && std::strcmp(pick, v) == 0; };
-  if ((picked("direct") || picked("early") || picked("late")) && p.w == nullptr && xt == st &&
+  const std::string_view pick = ab_switch("LTX_KERNELS_ADALN_KERNEL");
+  if ((pick == "direct" || pick == "early" || pick == "late") && p.w == nullptr && xt == st &&
       xt == ht && xt == ot && (xt == at::kBFloat16 || xt == at::kHalf)) {
-    const bool early = picked("early") || (!picked("late") && mod_run == 1);
+    const bool early = pick == "early" || (pick == "direct" && mod_run == 1);
     bool direct = false;
     dispatch_float(xt, [&](auto t) {
       using T = typename decltype(t)::type;

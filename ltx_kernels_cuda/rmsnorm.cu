@@ -7,8 +7,6 @@
 // thread keeping up to kCached vectors of its row in registers, so x is read from memory
 // once; rows longer than tpr * kCached vectors re-read the remainder in the second pass.
 // Sum of squares in fp32, rounding points given by `mid` (see torch_binding.h).
-#include <cstdlib>
-#include <cstring>
 #include <type_traits>
 
 #include "../torch-ext/torch_binding.h"
@@ -227,15 +225,10 @@ bool launch_rms_norm_direct(RmsNormParams p, int vec, int device, cudaStream_t s
   const int cache = nvec >= 128 ? 4 : 2;
   p.tpr = pow2_ceil(ceil_div(nvec, cache));
   const int64_t groups = kBlock / p.tpr;
-  auto go = [&](auto kernel) {
-    const RowLaunch l =
-        plan_row_launch(reinterpret_cast<const void*>(kernel), kBlock, p.rows, groups, device);
-    kernel<<<l.grid, kBlock, 0, stream>>>(p, l.chunk);
-  };
   if (cache == 4) {
-    go(rms_norm_direct_kernel<T, kMid, 4>);
+    launch_rows(rms_norm_direct_kernel<T, kMid, 4>, p, kBlock, groups, device, stream);
   } else {
-    go(rms_norm_direct_kernel<T, kMid, 2>);
+    launch_rows(rms_norm_direct_kernel<T, kMid, 2>, p, kBlock, groups, device, stream);
   }
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return true;
@@ -330,8 +323,7 @@ void rms_norm_launch(const at::Tensor& out2d, const at::Tensor& x2d,
   // One dtype throughout: rms_norm_direct_kernel where it takes the call.
   // LTX_KERNELS_RMS_KERNEL=row (read per call) sends every call to rms_norm_kernel: a
   // developer's A/B switch for timing both in one process (benchmarks/ab_kernels.py).
-  const char* pick = std::getenv("LTX_KERNELS_RMS_KERNEL");
-  const bool row_only = pick != nullptr && std::strcmp(pick, "row") == 0;
+  const bool row_only = ab_switch("LTX_KERNELS_RMS_KERNEL") == "row";
   if (!row_only && w_dtype == x2d.scalar_type() && out2d.scalar_type() == x2d.scalar_type()) {
     bool done = false;
     dispatch_float(x2d.scalar_type(), [&](auto t) {

@@ -13,8 +13,6 @@
 // (the backward, rope_backward.h): dx_a = g_a c_a + g_b s_b, dx_b = g_b c_b - g_a s_a,
 // always in fp32 with one rounding.
 #include <algorithm>
-#include <cstdlib>
-#include <cstring>
 #include <numeric>
 #include <type_traits>
 
@@ -340,11 +338,6 @@ int pick_unit(const RopeParams& p, int xs, int cs, int64_t cols) {
   return 1;
 }
 
-bool packed_asked() {
-  const char* v = std::getenv("LTX_KERNELS_ROPE_PACKED");
-  return v != nullptr && std::strcmp(v, "1") == 0;
-}
-
 int pow2_floor(int64_t v) {
   int p = 1;
   while (static_cast<int64_t>(p) * 2 <= v) p <<= 1;
@@ -426,7 +419,7 @@ void rope_rotate_launch(const at::Tensor& out0, const at::Tensor& in0, const at:
                                    !std::is_same_v<Tx, float>) {
                 // LTX_KERNELS_ROPE_PACKED=1 (read per call: an A/B switch) asks for the
                 // packed candidate (see rope_kernel).
-                if (packed_asked()) {
+                if (ab_switch("LTX_KERNELS_ROPE_PACKED") == "1") {
                   rope_kernel<Tx, Tc, U, false, false, true><<<grid, kBlock, 0, stream>>>(p);
                 } else {
                   rope_kernel<Tx, Tc, U, false, false><<<grid, kBlock, 0, stream>>>(p);

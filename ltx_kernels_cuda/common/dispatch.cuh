@@ -13,14 +13,24 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <initializer_list>
 #include <map>
 #include <mutex>
+#include <string_view>
 #include <tuple>
 
 #include "vec.cuh"
 
 namespace ltx::cuda {
+
+// A developer's A/B switch: the value of environment variable `name`, empty when unset.
+// Read on every call, so benchmarks/ab_kernels.py can time each variant in one process;
+// unset always means the default kernels.
+inline std::string_view ab_switch(const char* name) {
+  const char* v = std::getenv(name);
+  return v != nullptr ? std::string_view(v) : std::string_view();
+}
 
 template <typename T>
 struct TypeTag {

@@ -11,9 +11,6 @@
 // (benchmarks/ab_kernels.py).
 #pragma once
 
-#include <cstdlib>
-#include <cstring>
-
 #include "dispatch.cuh"
 
 namespace ltx::cuda {
@@ -35,29 +32,24 @@ __device__ __forceinline__ BlockRows block_rows(int64_t rows, int64_t chunk, int
   return {b, b + chunk < rows ? b + chunk : rows, groups};
 }
 
-// The grid and chunk of a launch of `kernel` (kBlock threads, `groups` rows per block per
-// iteration, no dynamic shared memory).
-struct RowLaunch {
+// Launches kernel(p, chunk) over p.rows rows, `groups` per block of `block` threads per
+// iteration (no dynamic shared memory), in the row order the switch asks for.
+template <typename Params>
+void launch_rows(void (*kernel)(Params, int64_t), const Params& p, int block, int64_t groups,
+                 int device, cudaStream_t stream) {
+  const int64_t units = ceil_div(p.rows, groups);
   unsigned grid;
-  int64_t chunk;  // 0: grid-stride
-};
-
-inline bool chunked_rows_asked() {
-  const char* v = std::getenv("LTX_KERNELS_ROW_ORDER");  // read per call: an A/B switch
-  return v != nullptr && std::strcmp(v, "chunk") == 0;
-}
-
-inline RowLaunch plan_row_launch(const void* kernel, int block, int64_t rows, int64_t groups,
-                                 int device) {
-  const int64_t units = ceil_div(rows, groups);
-  if (!chunked_rows_asked()) {
+  int64_t chunk = 0;  // grid-stride
+  if (ab_switch("LTX_KERNELS_ROW_ORDER") != "chunk") {
     // A grid-stride loop covers rows beyond the grid; 64 blocks per SM is plenty to balance.
-    return {static_cast<unsigned>(std::min(units, static_cast<int64_t>(sm_count(device)) * 64)), 0};
+    grid = static_cast<unsigned>(std::min(units, static_cast<int64_t>(sm_count(device)) * 64));
+  } else {
+    const int64_t resident = static_cast<int64_t>(sm_count(device)) *
+                             resident_blocks(reinterpret_cast<const void*>(kernel), block, 0, device);
+    chunk = ceil_div(p.rows, std::min(units, resident));
+    grid = static_cast<unsigned>(ceil_div(p.rows, chunk));
   }
-  const int64_t resident =
-      static_cast<int64_t>(sm_count(device)) * resident_blocks(kernel, block, 0, device);
-  const int64_t chunk = ceil_div(rows, std::min(units, resident));
-  return {static_cast<unsigned>(ceil_div(rows, chunk)), chunk};
+  kernel<<<grid, block, 0, stream>>>(p, chunk);
 }
 
 }  // namespace ltx::cuda
