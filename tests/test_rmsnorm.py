@@ -163,6 +163,12 @@ def test_one_dtype_kernel_many_rows(rows, d, x_dtype, semantics, with_weight):
     rows: 2 and 4 vectors per thread, the widest row it takes, a row that leaves threads
     idle in its last vector (D = 5120), every rounding form; out poisoned with NaN.
     (test_many_rows_grid_stride covers its grid-stride loop.)"""
+    check_one_dtype_rows(rows, d, x_dtype, semantics, with_weight)
+
+
+def check_one_dtype_rows(rows, d, x_dtype, semantics, with_weight):
+    """rows x d of random x (and a weight of x's dtype) through `semantics`' module and
+    through ours into a NaN-poisoned out: they must match."""
     w_dtype = x_dtype if with_weight else None
     x = torch.randn(rows, d, device="cuda").to(x_dtype)
     w = make_weight(d, w_dtype, "cuda")
@@ -182,14 +188,7 @@ def test_one_dtype_kernel_chunked_rows(monkeypatch, rows, d, x_dtype):
     candidate: common/row_order.cuh): row counts that leave every chunk's last iteration
     partial, fewer rows than blocks, one row; out poisoned with NaN."""
     monkeypatch.setenv("LTX_KERNELS_ROW_ORDER", "chunk")
-    x = torch.randn(rows, d, device="cuda").to(x_dtype)
-    w = make_weight(d, x_dtype, "cuda")
-    module = MODULES["llama"][0](d, 1e-6, w)
-    with torch.no_grad():
-        expected = module(x)
-    out = torch.full_like(expected, float("nan"))
-    kernel.rmsnorm(x, w, 1e-6, semantics="llama", out=out)
-    assert_matches_module(out, expected, mid_dtype(x_dtype, x_dtype, "llama"), f"{rows}x{d} chunked")
+    check_one_dtype_rows(rows, d, x_dtype, "llama", with_weight=True)
 
 
 @pytest.mark.parametrize("device", DEVICES)
