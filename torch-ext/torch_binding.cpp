@@ -97,6 +97,9 @@ TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, ops) {
   ltx::register_rope_backward(ops);
   ltx::register_adaln_backward(ops);
   ltx::register_qk_prologue_backward(ops);
+
+  // Autograd of the forward ops, in C++ (ops/autograd.h says why).
+  ltx::autograd::register_autograd(ops);
 }
 
 REGISTER_EXTENSION(TORCH_EXTENSION_NAME)

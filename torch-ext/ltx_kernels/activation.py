@@ -188,37 +188,4 @@ def _geglu_backward_fake(grad, x, approximate="none", gate_first=False):
     return torch.empty_like(x, memory_format=torch.contiguous_format)
 
 
-def _save_x(ctx, inputs, output):
-    ctx.save_for_backward(inputs[0])
-
-
-def _save_geglu(ctx, inputs, output):
-    x, approximate, gate_first = inputs
-    ctx.save_for_backward(x)
-    ctx.approximate = approximate
-    ctx.gate_first = gate_first
-
-
-def _gelu_bwd(ctx, grad):
-    (x,) = ctx.saved_tensors
-    return ops.gelu_backward(grad, x, "none")
-
-
-def _gelu_tanh_bwd(ctx, grad):
-    (x,) = ctx.saved_tensors
-    return ops.gelu_backward(grad, x, "tanh")
-
-
-def _geglu_bwd(ctx, grad):
-    (x,) = ctx.saved_tensors
-    # approximate and gate_first are not differentiable.
-    return ops.geglu_backward(grad, x, ctx.approximate, ctx.gate_first), None, None
-
-
-torch.library.register_autograd(add_op_namespace_prefix("gelu"), _gelu_bwd, setup_context=_save_x)
-torch.library.register_autograd(
-    add_op_namespace_prefix("gelu_tanh"), _gelu_tanh_bwd, setup_context=_save_x
-)
-torch.library.register_autograd(
-    add_op_namespace_prefix("geglu"), _geglu_bwd, setup_context=_save_geglu
-)
+# Autograd: registered in C++ for the Autograd key (torch-ext/ops/autograd.cpp).

@@ -17,8 +17,8 @@ variant has no kernels for, a weight shape the op rejects), the layer runs the h
 | ``DiffusersGELU`` | ``diffusers.models.activations.GELU`` (LTX ``ff.net.0``) | none upstream |
 | ``DiffusersGEGLU`` | ``diffusers.models.activations.GEGLU`` | none upstream |
 
-Every layer has backward kernels (``has_backward = True``: the functions are registered
-with ``torch.library.register_autograd``; tests/test_training.py trains tiny Llama / LTX models
+Every layer has backward kernels (``has_backward = True``: the ops have Autograd kernels
+registered in C++, torch-ext/ops/autograd.cpp; tests/test_training.py trains tiny Llama / LTX models
 kernelized in ``Mode.TRAINING`` and compares loss and gradients with the unkernelized model).
 All support ``Mode.TORCH_COMPILE`` (tests/test_layers.py compiles each with ``fullgraph=True``
 and compares with eager; tests/test_training.py compiles forward + backward).

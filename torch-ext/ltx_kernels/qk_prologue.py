@@ -84,42 +84,4 @@ def _rmsnorm_rope_qk_backward_fake(
     return q.new_empty(q.shape), k.new_empty(k.shape), wgrad(q_weight), wgrad(k_weight)
 
 
-def _qk_setup_context(ctx, inputs, output):
-    q, k, q_weight, k_weight, cos, sin, eps = inputs
-    ctx.save_for_backward(q, k, q_weight, k_weight, cos, sin)
-    ctx.eps = eps
-
-
-def _qk_backward(ctx, grad_q, grad_k):
-    q, k, q_weight, k_weight, cos, sin = ctx.saved_tensors
-    need = ctx.needs_input_grad
-    if need[4] or need[5]:
-        raise NotImplementedError(
-            "ltx_kernels.rmsnorm_rope_qk: no gradient for cos/sin (the RoPE tables are "
-            "constants in LTX-Video); detach them"
-        )
-    if not any(need[:4]) or (grad_q is None and grad_k is None):
-        return None, None, None, None, None, None, None
-    # An unused output's grad is None: it contributes nothing, i.e. zeros.
-    if grad_q is None:
-        grad_q = torch.zeros_like(q)
-    if grad_k is None:
-        grad_k = torch.zeros_like(k)
-    weights_grad = bool((need[2] and q_weight is not None) or (need[3] and k_weight is not None))
-    dq, dk, dqw, dkw = ops.rmsnorm_rope_qk_backward(
-        grad_q, grad_k, q, k, q_weight, k_weight, cos, sin, ctx.eps, weights_grad
-    )
-    return (
-        dq if need[0] else None,
-        dk if need[1] else None,
-        dqw if need[2] else None,
-        dkw if need[3] else None,
-        None,
-        None,
-        None,
-    )
-
-
-torch.library.register_autograd(
-    add_op_namespace_prefix("rmsnorm_rope_qk"), _qk_backward, setup_context=_qk_setup_context
-)
+# Autograd: registered in C++ for the Autograd key (torch-ext/ops/autograd.cpp).

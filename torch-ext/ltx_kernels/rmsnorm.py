@@ -107,23 +107,4 @@ def _rms_norm_backward_fake(grad, x, weight, eps, weight_grad):
     return dx, weight.new_empty(weight.shape)
 
 
-# Autograd: every semantics has the same gradient (the roundings between the steps are
-# identity for it), computed by rms_norm_backward.
-def _rms_norm_setup_context(ctx, inputs, output):
-    x, weight, eps, _semantics = inputs
-    ctx.save_for_backward(x, weight)
-    ctx.eps = eps
-
-
-def _rms_norm_backward(ctx, grad):
-    x, weight = ctx.saved_tensors
-    want_x, want_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
-    if grad is None or not (want_x or want_w):
-        return None, None, None, None
-    dx, dw = ops.rms_norm_backward(grad, x, weight, ctx.eps, bool(want_w and weight is not None))
-    return (dx if want_x else None), (dw if want_w else None), None, None
-
-
-torch.library.register_autograd(
-    add_op_namespace_prefix("rms_norm"), _rms_norm_backward, setup_context=_rms_norm_setup_context
-)
+# Autograd: registered in C++ for the Autograd key (torch-ext/ops/autograd.cpp).

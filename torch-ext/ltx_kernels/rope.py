@@ -12,7 +12,7 @@ Two layouts, as separate entry points (shared/docs/op-semantics.md section 3):
   Tables in q's dtype reproduce eager's step rounding bit for bit; float32 tables compute
   in fp32 and round once. Outputs always have q's (k's) dtype.
 
-Training: the functional forms are differentiable in x / q / k (``register_autograd``;
+Training: the functional forms are differentiable in x / q / k (Autograd kernels in C++;
 the backward is the transposed rotation, kernels ``rope_*_backward``, computed in fp32
 with one rounding). The tables get no gradient: if cos/sin require grad, backward raises
 NotImplementedError. ``out=`` / ``inplace=True`` are inference-only. On the CPU every op
@@ -198,81 +198,5 @@ def _rope_rotate_half_single_backward_fake(grad, cos, sin, unsqueeze_dim):
     return grad.new_empty(grad.shape)
 
 
-def _save_tables(ctx, inputs, output):
-    # Only the tables are needed: the backward is the transposed rotation of grad.
-    cos, sin = inputs[-2], inputs[-1]
-    ctx.save_for_backward(cos, sin)
-    ctx.table_grad = cos.requires_grad or sin.requires_grad
-
-
-def _save_tables_u(ctx, inputs, output):
-    cos, sin, unsqueeze_dim = inputs[-3], inputs[-2], inputs[-1]
-    ctx.save_for_backward(cos, sin)
-    ctx.table_grad = cos.requires_grad or sin.requires_grad
-    ctx.unsqueeze_dim = unsqueeze_dim
-
-
-def _check_no_table_grad(ctx, op):
-    if ctx.table_grad:
-        raise NotImplementedError(
-            f"ltx_kernels.{op}: no gradient for the cos/sin tables (they are position "
-            "encodings, not parameters); detach them or build them under torch.no_grad()"
-        )
-
-
-def _rope_interleaved_bwd(ctx, grad):
-    _check_no_table_grad(ctx, "rope_interleaved")
-    cos, sin = ctx.saved_tensors
-    return ops.rope_interleaved_backward(grad, cos, sin), None, None
-
-
-def _rope_interleaved_qk_bwd(ctx, grad_q, grad_k):
-    _check_no_table_grad(ctx, "rope_interleaved_qk")
-    cos, sin = ctx.saved_tensors
-    # An unused output has no gradient: rotate only the one that has.
-    if grad_q is None and grad_k is None:
-        return None, None, None, None
-    if grad_k is None:
-        return ops.rope_interleaved_backward(grad_q, cos, sin), None, None, None
-    if grad_q is None:
-        return None, ops.rope_interleaved_backward(grad_k, cos, sin), None, None
-    dq, dk = ops.rope_interleaved_qk_backward(grad_q, grad_k, cos, sin)
-    return dq, dk, None, None
-
-
-def _rope_rotate_half_bwd(ctx, grad_q, grad_k):
-    _check_no_table_grad(ctx, "rope_rotate_half")
-    cos, sin = ctx.saved_tensors
-    u = ctx.unsqueeze_dim
-    if grad_q is None and grad_k is None:
-        return None, None, None, None, None
-    if grad_k is None:
-        return ops.rope_rotate_half_single_backward(grad_q, cos, sin, u), None, None, None, None
-    if grad_q is None:
-        return None, ops.rope_rotate_half_single_backward(grad_k, cos, sin, u), None, None, None
-    dq, dk = ops.rope_rotate_half_backward(grad_q, grad_k, cos, sin, u)
-    return dq, dk, None, None, None
-
-
-def _rope_rotate_half_single_bwd(ctx, grad):
-    _check_no_table_grad(ctx, "rope_rotate_half_single")
-    cos, sin = ctx.saved_tensors
-    return ops.rope_rotate_half_single_backward(grad, cos, sin, ctx.unsqueeze_dim), None, None, None
-
-
-torch.library.register_autograd(
-    add_op_namespace_prefix("rope_interleaved"), _rope_interleaved_bwd, setup_context=_save_tables
-)
-torch.library.register_autograd(
-    add_op_namespace_prefix("rope_interleaved_qk"),
-    _rope_interleaved_qk_bwd,
-    setup_context=_save_tables,
-)
-torch.library.register_autograd(
-    add_op_namespace_prefix("rope_rotate_half"), _rope_rotate_half_bwd, setup_context=_save_tables_u
-)
-torch.library.register_autograd(
-    add_op_namespace_prefix("rope_rotate_half_single"),
-    _rope_rotate_half_single_bwd,
-    setup_context=_save_tables_u,
-)
+# Autograd: registered in C++ for the Autograd key (torch-ext/ops/autograd.cpp): the backward
+# is the transposed rotation of grad; the tables get no gradient.
