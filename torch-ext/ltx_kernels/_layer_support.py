@@ -35,10 +35,13 @@ def _variant_device_type() -> Optional[str]:
 
 
 VARIANT_DEVICE = _variant_device_type()
+# The tensor attribute that says "on the variant's device": `t.is_cuda` costs ~0.1 µs,
+# `t.device.type` ~0.5 µs (it builds a torch.device), and layers check every call.
+_ON_VARIANT = {"cuda": "is_cuda", "cpu": "is_cpu"}.get(VARIANT_DEVICE)
 
 
 def _tensor_reason(t: torch.Tensor, name: str) -> Optional[str]:
-    if VARIANT_DEVICE is not None and t.device.type != VARIANT_DEVICE:
+    if _ON_VARIANT is not None and not getattr(t, _ON_VARIANT):
         return (f"{name} is on a {t.device.type} device, but the loaded ltx-kernels variant "
                 f"has kernels for {VARIANT_DEVICE} only")
     if t.dtype not in FLOAT_DTYPES:
