@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """A/B timing of our kernel variants for one op against its peers, in one process.
 
-    python benchmarks/ab_kernels.py [--op rmsnorm|adaln|act|rope] [--rounds 3] [--methods clean,zero]
+    python benchmarks/ab_kernels.py [--op rmsnorm|rmsnorm_small|adaln|act|rope] [--rounds 3] [--methods clean,zero,graph]
 
 Why: single bench_ops.py runs on the device moved peers by up to 2x between calls
 (2026-12-03/04: Liger rmsnorm 30 -> 96 µs, compile 39 -> 51 µs at one shape), so a
@@ -16,10 +16,14 @@ Two cold-L2 methods, side by side:
     lines of another buffer: the timed call moves its own bytes only, as the 2 GiB copy
     that sets the copy ceiling does (its own write-backs amortised over 2 GiB).
 Each method: bench_ops.cold_l2_us (median of per-call CUDA-event times); bench_ops.py
-times with the clean one since 2026-12-04.
+times with the clean one since 2026-12-04. A third, ``graph``: per call under CUDA-graph
+replay (bench_ops.Timer.graph_us, warm L2), the small-shape target; the default for
+``--op rmsnorm_small`` (decode-sized rows) with ``clean``.
 
 Our variants are the same op called under the environment each op's VARIANTS names (the
 launchers read these per call: LTX_KERNELS_RMS_KERNEL=row forces rms_norm_kernel;
+LTX_KERNELS_RMS_EARLY_W=0 makes rms_norm_direct_kernel load the weight after the reduction
+on small grids too;
 LTX_KERNELS_ADALN_KERNEL=direct runs the candidate adaln_direct_kernel, early / late force
 when it loads scale/shift; LTX_KERNELS_ROW_ORDER=chunk gives both direct kernels balanced
 row chunks instead of grid-stride; LTX_KERNELS_GELU_TABLE=1 runs gelu / geglu of 16-bit
@@ -48,6 +52,10 @@ VARIANTS = {
         "ours": {},
         "ours (row kernel)": {"LTX_KERNELS_RMS_KERNEL": "row"},
         "ours (chunked rows)": {"LTX_KERNELS_ROW_ORDER": "chunk"},
+    },
+    "rmsnorm_small": {
+        "ours": {},
+        "ours (weight after the reduction)": {"LTX_KERNELS_RMS_EARLY_W": "0"},
     },
     "adaln": {
         "ours": {},
@@ -110,6 +118,24 @@ def rmsnorm_cases(k, dev, g):
             (lambda x, w, sem, out: lambda: k.rmsnorm(x, w, 1e-6, semantics=sem, out=out))(x, w, sem, out),
             ref, (x, w, 1e-6), 2 * nbytes(x) + nbytes(w),
             {"F.rms_norm": (lambda x, w: lambda: torch.nn.functional.rms_norm(x, (x.shape[-1],), w, 1e-6))(x, w)}))
+    return cases
+
+
+def rmsnorm_small_cases(k, dev, g, liger_rms):
+    """Decode-sized Llama / Qwen rows (weighted, llama semantics): the graph-replay targets,
+    where rms_norm_direct_kernel loads the weight with x (grids of <= one block per SM)."""
+    cases = []
+    for shape in [(1, 4096), (16, 4096), (16, 8192), (256, 4096), (1, 32, 128), (16, 32, 128)]:
+        x = torch.randn(shape, device=dev, dtype=torch.bfloat16, generator=g)
+        w = (1 + 0.1 * torch.randn(shape[-1], device=dev, generator=g)).to(torch.bfloat16)
+        out = torch.empty_like(x)
+        peers = {"F.rms_norm": (lambda x, w: lambda: torch.nn.functional.rms_norm(x, (x.shape[-1],), w, 1e-6))(x, w)}
+        if liger_rms is not None:
+            peers["liger"] = (lambda x, w: lambda: liger_rms(x, w, 1e-6, 0.0, "llama", False))(x, w)
+        cases.append(Case(
+            f"{'x'.join(map(str, shape))} llama",
+            (lambda x, w, out: lambda: k.rmsnorm(x, w, 1e-6, semantics="llama", out=out))(x, w, out),
+            ref_rms_llama, (x, w, 1e-6), 2 * nbytes(x) + nbytes(w), peers))
     return cases
 
 
@@ -195,7 +221,9 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--op", choices=sorted(VARIANTS), default="rmsnorm")
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--methods", default="zero,clean", help="comma list of zero,clean")
+    ap.add_argument("--methods", default=None,
+                    help="comma list of zero,clean,graph (default: graph,clean for rmsnorm_small, "
+                         "else zero,clean)")
     ap.add_argument("--no-compile", action="store_true")
     args = ap.parse_args(argv)
 
@@ -205,8 +233,10 @@ def main(argv=None):
     all_methods = {
         "zero": lambda: timer.flush_buf.zero_(),  # do_bench's flush (its values are never read)
         "clean": timer.flush,  # bench_ops'
+        "graph": None,  # per call under CUDA-graph replay (bench_ops' graph target; warm L2)
     }
-    methods = {m: all_methods[m] for m in args.methods.split(",")}
+    names = args.methods or ("graph,clean" if args.op == "rmsnorm_small" else "zero,clean")
+    methods = {m: all_methods[m] for m in names.split(",")}
     g = torch.Generator(device=dev).manual_seed(0)
     variants = VARIANTS[args.op]
     liger, liger_note = import_liger()
@@ -214,6 +244,8 @@ def main(argv=None):
     liger = liger or {}
     if args.op == "rmsnorm":
         cases = rmsnorm_cases(k, dev, g)
+    elif args.op == "rmsnorm_small":
+        cases = rmsnorm_small_cases(k, dev, g, liger.get("rms_norm"))
     elif args.op == "adaln":
         cases = adaln_cases(k, dev, g, liger.get("modulated_rms_norm"))
     elif args.op == "act":
@@ -224,6 +256,8 @@ def main(argv=None):
     big_src = torch.empty(1 << 28, device=dev, dtype=torch.float32).fill_(2.0)  # 1 GiB
     big_dst = torch.empty_like(big_src)
     for mname, flush in methods.items():
+        if flush is None:
+            continue
         t = cold_l2_us(lambda: big_dst.copy_(big_src), flush)
         print(f"copy ceiling (2 GiB moved), {mname} flush: {t:.1f} µs = {(2 << 30) / (t * 1e-6) / 1e9:.0f} GB/s")
     del big_src, big_dst
@@ -254,7 +288,8 @@ def main(argv=None):
         for c in cases:
             for iname, fn in impls_of[c.name].items():
                 for mname, flush in methods.items():
-                    rows.setdefault((c.name, iname, mname), []).append(cold_l2_us(fn, flush))
+                    t = timer.graph_us(fn) if flush is None else cold_l2_us(fn, flush)
+                    rows.setdefault((c.name, iname, mname), []).append(t)
         print(f"round {rnd + 1} done", flush=True)
 
     print(f"\nop {args.op}, bf16, median (rounds) in µs; GB/s = bytes read + written once / median of the last method")

@@ -144,7 +144,8 @@ __global__ void rms_norm_kernel(RmsNormParams p) {
 // 6 (C = 2) blocks of 256 threads fit an SM: 64 KB of x in flight per SM either way.
 // No loop over the rest of a row and no run-time rounding kind, unlike rms_norm_kernel.
 // Rows are walked grid-stride, or in balanced chunks (common/row_order.cuh: a candidate,
-// asked for with LTX_KERNELS_ROW_ORDER=chunk until it is timed).
+// asked for with LTX_KERNELS_ROW_ORDER=chunk until it is timed). Grids of at most one
+// block per SM load the weight with x (kEarlyW: a latency chain, not a bandwidth stream).
 //
 // Measured against the alternatives in one process (benchmarks/ab_kernels.py, H200,
 // 2026-12-04, RESULTS.md): rms_norm_kernel (C = 4, 79 registers, 3 blocks per SM) and
@@ -163,8 +164,13 @@ template <int C>
 constexpr int kDirectMinBlocks = C >= 4 ? 4 : 6;
 #endif
 
-template <typename T, int kMid, int C>
-__global__ void __launch_bounds__(kBlock, kDirectMinBlocks<C>)
+// kEarlyW: the weight's vectors are loaded with x's, before the reduction, instead of after
+// it. For grids of at most one block per SM (few rows: LLM decoding, small batches; the
+// shapes CUDA graphs replay), where a call's time is a chain of latencies and occupancy
+// does not matter, this takes one dependent memory round trip (~0.5 µs) off the chain; it
+// costs C more 16-byte registers, so those instantiations are not capped for occupancy.
+template <typename T, int kMid, int C, bool kEarlyW>
+__global__ void __launch_bounds__(kBlock, kEarlyW ? 1 : kDirectMinBlocks<C>)
     rms_norm_direct_kernel(RmsNormParams p, int64_t chunk) {
   constexpr int N = 16 / static_cast<int>(sizeof(T));
   constexpr Round kM = static_cast<Round>(kMid);
@@ -186,6 +192,16 @@ __global__ void __launch_bounds__(kBlock, kDirectMinBlocks<C>)
     const int64_t row = base + threadIdx.x / p.tpr;
     const bool active = row < br.end;
     const T* xr = x + (active ? row : 0) * p.x_stride;
+    V wv[C];
+    if constexpr (kEarlyW) {
+      if (w != nullptr) {
+#pragma unroll
+        for (int i = 0; i < C; ++i) {
+          const int j = lane + i * p.tpr;
+          if (active && j < nvec) wv[i] = V::load(w + j * N);
+        }
+      }
+    }
     V cur[C];
     float ss = load_cached_sum(cur, xr, lane, p.tpr, nvec, active);
     ss = row_sum(ss, p.tpr, scratch);
@@ -201,13 +217,13 @@ __global__ void __launch_bounds__(kBlock, kDirectMinBlocks<C>)
       for (int k = 0; k < N; ++k) o[k] = to_float(cur[i].v[k]) * inv;
       if constexpr (kPackedMul) {
         const V n = pack_from_float<T, N>(o);
-        (w != nullptr ? mul_rn(n, V::load(w + j * N)) : n).store(orow + j * N);
+        (w != nullptr ? mul_rn(n, kEarlyW ? wv[i] : V::load(w + j * N)) : n).store(orow + j * N);
       } else {
         if (w != nullptr) {
-          const V wv = V::load(w + j * N);
+          const V wj = kEarlyW ? wv[i] : V::load(w + j * N);
           round_all<kM>(o);
 #pragma unroll
-          for (int k = 0; k < N; ++k) o[k] *= to_float(wv.v[k]);
+          for (int k = 0; k < N; ++k) o[k] *= to_float(wj.v[k]);
         }
         pack_from_float<T, N>(o).store(orow + j * N);
       }
@@ -225,10 +241,15 @@ bool launch_rms_norm_direct(RmsNormParams p, int vec, int device, cudaStream_t s
   const int cache = nvec >= 128 ? 4 : 2;
   p.tpr = pow2_ceil(ceil_div(nvec, cache));
   const int64_t groups = kBlock / p.tpr;
+  // The weight early when every block has one row group and there are at most as many
+  // blocks as SMs. LTX_KERNELS_RMS_EARLY_W=0 turns it off (A/B: benchmarks/ab_kernels.py).
+  const bool early_w = p.w != nullptr && ceil_div(p.rows, groups) <= sm_count(device) &&
+                       ab_switch("LTX_KERNELS_RMS_EARLY_W") != "0";
+  auto go = [&](auto kernel) { launch_rows(kernel, p, kBlock, groups, device, stream); };
   if (cache == 4) {
-    launch_rows(rms_norm_direct_kernel<T, kMid, 4>, p, kBlock, groups, device, stream);
+    early_w ? go(rms_norm_direct_kernel<T, kMid, 4, true>) : go(rms_norm_direct_kernel<T, kMid, 4, false>);
   } else {
-    launch_rows(rms_norm_direct_kernel<T, kMid, 2>, p, kBlock, groups, device, stream);
+    early_w ? go(rms_norm_direct_kernel<T, kMid, 2, true>) : go(rms_norm_direct_kernel<T, kMid, 2, false>);
   }
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return true;

@@ -181,6 +181,23 @@ def check_one_dtype_rows(rows, d, x_dtype, semantics, with_weight):
 
 
 @requires_gpu
+@pytest.mark.parametrize("rows,d", [(1, 4096), (16, 4096), (16, 8192), (7, 5120), (33, 2048),
+                                    (32, 128), (100, 64), (264, 4096), (266, 4096)])
+@pytest.mark.parametrize("x_dtype", DTYPES)
+@pytest.mark.parametrize("semantics", ["diffusers", "llama", "torch"])
+@pytest.mark.parametrize("early_w", ["", "0"], ids=["early_w", "late_w"])
+def test_one_dtype_kernel_few_rows_weight_early(monkeypatch, rows, d, x_dtype, semantics, early_w):
+    """rms_norm_direct_kernel's early-weight form (grids of at most one block per SM: the
+    weight loaded with x) and, with LTX_KERNELS_RMS_EARLY_W=0, the same calls without it:
+    one row, decode-sized batches, a row leaving threads idle (D = 5120), per-head rows,
+    and 264 / 266 rows of 4096 (2 rows per block: 132 blocks, one wave on an H200, or one
+    block more); out poisoned with NaN."""
+    if early_w:
+        monkeypatch.setenv("LTX_KERNELS_RMS_EARLY_W", early_w)
+    check_one_dtype_rows(rows, d, x_dtype, semantics, with_weight=True)
+
+
+@requires_gpu
 @pytest.mark.parametrize("rows,d", [(4099, 8192), (5003, 2048), (258049, 64), (40000, 128), (1, 4096)])
 @pytest.mark.parametrize("x_dtype", [torch.bfloat16, torch.float16])
 def test_one_dtype_kernel_chunked_rows(monkeypatch, rows, d, x_dtype):

@@ -5,13 +5,13 @@
 # LTX_AB_OPS (every variant checked against eager, then timed with its peers in one
 # process, clean cold-L2 flush), then the wider tests (LTX_AB_TESTS) with whatever time is
 # left of LTX_AB_LIMIT seconds. Each stage has its own timeout so earlier results come back.
-#   LTX_AB_OPS (default adaln,rmsnorm,act,rope), LTX_AB_ROUNDS (3), LTX_AB_S (per op, 100),
-#   LTX_AB_FIRST (default "direct_kernel or chunked_rows or table_path or packed_candidate"),
+#   LTX_AB_OPS (default adaln,rmsnorm,rmsnorm_small,act,rope; rmsnorm_small under graph replay too), LTX_AB_ROUNDS (3), LTX_AB_S (per op, 100),
+#   LTX_AB_FIRST (default "direct_kernel or chunked_rows or weight_early or table_path or packed_candidate"),
 #   LTX_AB_TESTS (default "adaln or rmsnorm or gelu or geglu or rope"), LTX_AB_LIMIT (default 540)
 set -uo pipefail
 source "$(dirname "$0")/device_common.sh"
 LIMIT=${LTX_AB_LIMIT:-540}
-FIRST=${LTX_AB_FIRST:-direct_kernel or chunked_rows or table_path or packed_candidate}
+FIRST=${LTX_AB_FIRST:-direct_kernel or chunked_rows or weight_early or table_path or packed_candidate}
 device_env | tee "$OUT/env.txt"
 export LTX_ARCH=${LTX_ARCH:-native}
 python3 tools/build.py --backend cuda --arch "$LTX_ARCH" -j 14 > "$OUT/build_cuda.log" 2>&1 \
@@ -29,10 +29,12 @@ pytest_stage() {  # pytest_stage NAME SECONDS -k-EXPRESSION
 
 pytest_stage pytest_first 90 "$FIRST"
 
-OPS=${LTX_AB_OPS:-adaln,rmsnorm,act,rope}
+OPS=${LTX_AB_OPS:-adaln,rmsnorm,rmsnorm_small,act,rope}
 for op in ${OPS//,/ }; do
+  methods=clean
+  [ "$op" = rmsnorm_small ] && methods=graph,clean
   timeout "${LTX_AB_S:-100}" python3 benchmarks/ab_kernels.py --op "$op" \
-    --rounds "${LTX_AB_ROUNDS:-3}" --methods clean > "$OUT/ab_$op.txt" 2>&1
+    --rounds "${LTX_AB_ROUNDS:-3}" --methods "$methods" > "$OUT/ab_$op.txt" 2>&1
   echo "ab $op rc=$? at ${SECONDS}s"
   grep -v -i warning "$OUT/ab_$op.txt" | tail -60
 done
