@@ -36,6 +36,20 @@ void check_no_table_grad(const char* op, bool cos_needs, bool sin_needs) {
       "detach them or build them under torch.no_grad()");
 }
 
+// The grads of a two-output RoPE op rotated back: both through `both` (one launch), a
+// single one through `one`, none: nothing. `tables`: the backward ops' remaining args.
+template <typename Both, typename One, typename... Tables>
+void rotate_back(variable_list& out, const at::Tensor& gq, const at::Tensor& gk, const Both& both,
+                 const One& one, const Tables&... tables) {
+  if (gq.defined() && gk.defined()) {
+    std::tie(out[0], out[1]) = both.call(gq, gk, tables...);
+  } else if (gq.defined()) {
+    out[0] = one.call(gq, tables...);
+  } else if (gk.defined()) {
+    out[1] = one.call(gk, tables...);
+  }
+}
+
 // ---- rms_norm: every semantics has the same gradient (the roundings between the steps are
 // identity for it).
 struct RmsNormFn : Function<RmsNormFn> {
@@ -166,15 +180,8 @@ struct RopeInterleavedQkFn : Function<RopeInterleavedQkFn> {
     check_no_table_grad("rope_interleaved_qk", ctx->needs_input_grad(2),
                         ctx->needs_input_grad(3));
     const variable_list t = ctx->get_saved_variables();
-    const at::Tensor &gq = grads[0], &gk = grads[1];
     variable_list out(4);
-    if (gq.defined() && gk.defined()) {
-      std::tie(out[0], out[1]) = both.call(gq, gk, t[0], t[1]);
-    } else if (gq.defined()) {
-      out[0] = one.call(gq, t[0], t[1]);
-    } else if (gk.defined()) {
-      out[1] = one.call(gk, t[0], t[1]);
-    }
+    rotate_back(out, grads[0], grads[1], both, one, t[0], t[1]);
     return out;
   }
 };
@@ -204,16 +211,9 @@ struct RopeRotateHalfFn : Function<RopeRotateHalfFn> {
     static const auto both = op<decltype(rope_rotate_half_backward)>("rope_rotate_half_backward");
     check_no_table_grad("rope_rotate_half", ctx->needs_input_grad(2), ctx->needs_input_grad(3));
     const variable_list t = ctx->get_saved_variables();
-    const int64_t u = ctx->saved_data["unsqueeze_dim"].toInt();
-    const at::Tensor &gq = grads[0], &gk = grads[1];
     variable_list out(5);
-    if (gq.defined() && gk.defined()) {
-      std::tie(out[0], out[1]) = both.call(gq, gk, t[0], t[1], u);
-    } else if (gq.defined()) {
-      out[0] = one.call(gq, t[0], t[1], u);
-    } else if (gk.defined()) {
-      out[1] = one.call(gk, t[0], t[1], u);
-    }
+    rotate_back(out, grads[0], grads[1], both, one, t[0], t[1],
+                ctx->saved_data["unsqueeze_dim"].toInt());
     return out;
   }
 };
