@@ -110,6 +110,11 @@ def ref_rope_ltx_qk(q, k, cos, sin):
     return ref_rope_ltx(q, cos, sin), ref_rope_ltx(k, cos, sin)
 
 
+def ref_rope_ltx_qk_pair(q, k, cos, sin):
+    """The same from pair tables [B, S, D/2]: diffusers' repeat_interleave(2), then apply."""
+    return ref_rope_ltx_qk(q, k, cos.repeat_interleave(2, -1), sin.repeat_interleave(2, -1))
+
+
 def _rotate_half(x):
     h = x.shape[-1] // 2
     return torch.cat((-x[..., h:], x[..., :h]), dim=-1)
@@ -314,19 +319,25 @@ def gelu_tanh_case(shape, dtype, device):
 # --- rope ----------------------------------------------------------------------------
 
 
-def _ltx_tables(b, s, dim, device, g):
+def _ltx_tables(b, s, dim, device, g, pair=False):
+    """LTX's fp32 tables [B, S, D] (each value repeated for its pair), or with pair=True the
+    [B, S, D/2] values before that repeat_interleave(2)."""
     theta = torch.rand(b, s, dim // 2, generator=g, dtype=torch.float64) * 2 * math.pi
-    cos = theta.cos().float().repeat_interleave(2, -1).to(device)
-    sin = theta.sin().float().repeat_interleave(2, -1).to(device)
-    return cos, sin
+    cos, sin = theta.cos().float(), theta.sin().float()
+    if not pair:
+        cos, sin = cos.repeat_interleave(2, -1), sin.repeat_interleave(2, -1)
+    return cos.to(device), sin.to(device)
 
 
-def rope_ltx_case(shape, dtype, device, *, qk):
+def rope_ltx_case(shape, dtype, device, *, qk, pair=False):
+    """rope_ltx / rope_ltx_qk; pair=True (qk only): rope_ltx_qk_pair, every implementation
+    given the pair tables [B, S, D/2] (ours reads them as they are, eager and compile do
+    diffusers' repeat_interleave(2) first, FlashInfer's cache holds the same values)."""
     b, s, dim = shape
 
     def inputs():
         g = _g(4)
-        cos, sin = _ltx_tables(b, s, dim, device, g)
+        cos, sin = _ltx_tables(b, s, dim, device, g, pair)
         d = {"q": randn(shape, dtype, device, g), "cos": cos, "sin": sin}
         if qk:
             d["k"] = randn(shape, dtype, device, g)
@@ -344,8 +355,9 @@ def rope_ltx_case(shape, dtype, device, *, qk):
             # on the problem as given (both full tables), the same for every impl.
             hd = 128
             n = b * s * (dim // hd)
-            cache = torch.cat([inp["cos"][..., ::2].reshape(n, hd // 2),
-                               inp["sin"][..., ::2].reshape(n, hd // 2)], dim=-1).contiguous()
+            half = (lambda t: t) if pair else (lambda t: t[..., ::2])
+            cache = torch.cat([half(inp["cos"]).reshape(n, hd // 2),
+                               half(inp["sin"]).reshape(n, hd // 2)], dim=-1).contiguous()
             pos = torch.arange(n, device=device, dtype=torch.int64)
             qv, kv = inp["q"].reshape(n, hd), inp["k"].reshape(n, hd)
 
@@ -358,6 +370,11 @@ def rope_ltx_case(shape, dtype, device, *, qk):
             out.append(absent("flashinfer", env.flashinfer_note))
         return out
 
+    if pair:
+        return Case("rope_ltx_qk_pair", f"q,k {fmt_shape(shape)}", dtype, inputs, ("q", "k", "cos", "sin"),
+                    lambda k, i: k.rope_interleaved_qk(i["q"], i["k"], i["cos"], i["sin"]),
+                    ref_rope_ltx_qk_pair, ("q", "k", "cos", "sin"), peers=peers,
+                    tables="fp32 cos+sin [B,S,D/2] pair tables each counted once")
     if qk:
         return Case("rope_ltx_qk", f"q,k {fmt_shape(shape)}", dtype, inputs, ("q", "k", "cos", "sin"),
                     lambda k, i: k.rope_interleaved_qk(i["q"], i["k"], i["cos"], i["sin"]),
@@ -453,7 +470,8 @@ def gated_case(shape, gate_shape, dtype, device):
                 ref_gated_residual, ("x", "y", "gate"), peers=peers, tables="gate at its own size")
 
 
-OPS = ("rmsnorm", "geglu", "gelu_tanh", "rope_ltx", "rope_ltx_qk", "rope_llama", "adaln", "gated_residual")
+OPS = ("rmsnorm", "geglu", "gelu_tanh", "rope_ltx", "rope_ltx_qk", "rope_ltx_qk_pair", "rope_llama", "adaln",
+       "gated_residual")
 
 
 def build_cases(ops, dtypes, device, quick, smoke):
@@ -476,6 +494,7 @@ def build_cases(ops, dtypes, device, quick, smoke):
         add("gelu_tanh", lambda dt: [gelu_tanh_case((2, 8, 64), dt, device)])
         add("rope_ltx", lambda dt: [rope_ltx_case((2, 8, 64), dt, device, qk=False)])
         add("rope_ltx_qk", lambda dt: [rope_ltx_case((2, 8, 64), dt, device, qk=True)])
+        add("rope_ltx_qk_pair", lambda dt: [rope_ltx_case((2, 8, 64), dt, device, qk=True, pair=True)])
         add("rope_llama", lambda dt: [rope_llama_case(1, 4, 2, 8, 16, dt, device)])
         add("adaln", lambda dt: [adaln_case((2, 8, 64), (2, 1, 64), dt, device, "rms"),
                                  adaln_case((2, 8, 64), (2, 8, 64), dt, device, "layer")])
@@ -518,6 +537,8 @@ def build_cases(ops, dtypes, device, quick, smoke):
     add("rope_ltx", lambda dt: [rope_ltx_case(s, dt, device, qk=False) for s in rope_shapes],
         lambda dt: [rope_ltx_case((2, 8064, 2048), dt, device, qk=False)])
     add("rope_ltx_qk", lambda dt: [rope_ltx_case(s, dt, device, qk=True) for s in rope_shapes],
+        lambda dt: [])
+    add("rope_ltx_qk_pair", lambda dt: [rope_ltx_case(s, dt, device, qk=True, pair=True) for s in rope_shapes],
         lambda dt: [])
     llama_s = (8192,) if quick else (256, 2048, 8192)
     add("rope_llama", lambda dt: [rope_llama_case(1, 32, 8, s, 128, dt, device) for s in llama_s],

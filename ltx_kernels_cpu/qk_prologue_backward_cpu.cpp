@@ -58,6 +58,7 @@ void rmsnorm_rope_qk_backward_launch(const at::Tensor& dq2d, const at::Tensor& g
         Acc* const dws[2] = {dqw.defined() ? dqw.mutable_data_ptr<Acc>() : nullptr,
                              dkw.defined() ? dkw.mutable_data_ptr<Acc>() : nullptr};
         const Acc eps_a = static_cast<Acc>(eps);
+        const int sh = rope && cos.size(2) * 2 == d ? 1 : 0;  // pair tables: index j >> 1
         const int64_t grain = std::max<int64_t>(1, 8192 / d);
         cpu::rows_with_weight_grads<Acc>(rows, d, grain, dws, 2, [&](int64_t r, Acc* const* p) {
           thread_local std::vector<Acc> buf;
@@ -74,9 +75,10 @@ void rmsnorm_rope_qk_backward_launch(const at::Tensor& dq2d, const at::Tensor& g
             const Acc* c = cb + (r / seq) * c_b + (r % seq) * c_s;
             const Acc* s = sb + (r / seq) * s_b + (r % seq) * s_s;
             for (int64_t j = 0; j < d; j += 2) {
+              const int64_t ta = j >> sh, tb = (j + 1) >> sh;
               const Acc g0 = static_cast<Acc>(gr[j]), g1 = static_cast<Acc>(gr[j + 1]);
-              buf[j] = g0 * c[j] + g1 * s[j + 1];
-              buf[j + 1] = g1 * c[j + 1] - g0 * s[j];
+              buf[j] = g0 * c[ta] + g1 * s[tb];
+              buf[j + 1] = g1 * c[tb] - g0 * s[ta];
             }
             cpu::rms_backward_row<Acc>(x[i] + r * x_s[i], buf.data(), w[i], d, eps_a,
                                        dx[i] + r * d_s[i], p[i]);

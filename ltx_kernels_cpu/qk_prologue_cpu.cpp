@@ -76,6 +76,7 @@ void rmsnorm_rope_qk_launch(const at::Tensor& q_out2d, const at::Tensor& q2d,
         const Acc* sb = rope ? sin.const_data_ptr<Acc>() : nullptr;
         const int64_t c_b = rope ? cos.stride(0) : 0, c_s = rope ? cos.stride(1) : 0;
         const int64_t s_b = rope ? sin.stride(0) : 0, s_s = rope ? sin.stride(1) : 0;
+        const int sh = rope && cos.size(2) * 2 == d ? 1 : 0;  // pair tables: index j >> 1
         const int64_t grain = std::max<int64_t>(1, 16384 / d);
         at::parallel_for(0, rows, grain, [&](int64_t begin, int64_t end) {
           std::vector<Acc> nq(d), nk(d);
@@ -99,7 +100,8 @@ void rmsnorm_rope_qk_launch(const at::Tensor& q_out2d, const at::Tensor& q2d,
             T* oq = sides[0].out + r * sides[0].out_stride;
             T* ok = sides[1].out + r * sides[1].out_stride;
             for (int64_t j = 0; j < d; j += 2) {
-              const Acc c0 = c[j], c1 = c[j + 1], s0 = s[j], s1 = s[j + 1];
+              const int64_t ta = j >> sh, tb = (j + 1) >> sh;
+              const Acc c0 = c[ta], c1 = c[tb], s0 = s[ta], s1 = s[tb];
               const Acc q0 = nq[j], q1 = nq[j + 1], k0 = nk[j], k1 = nk[j + 1];
               oq[j] = static_cast<T>(q0 * c0 - q1 * s0);
               oq[j + 1] = static_cast<T>(q1 * c1 + q0 * s1);

@@ -108,9 +108,12 @@ void run(const at::Tensor& out0, const at::Tensor& in0, const at::Tensor& out1,
           const T* x = sd.in + b * sd.in_b + s * sd.in_s + h * sd.in_h;
           T* o = sd.out + b * sd.out_b + s * sd.out_s + h * sd.out_h;
           if (interleaved) {
+            // Pair tables (rdim == dim / 2): table index i >> 1 serves both channels.
+            const int sh = rdim * 2 == dim ? 1 : 0;
             for (int64_t i = 0; i < dim; i += 2) {
-              rotate_pair<T, kStep, kInverse>(f(x[i]), f(x[i + 1]), f(c[i]), f(sn[i]),
-                                              f(c[i + 1]), f(sn[i + 1]), o + i, o + i + 1);
+              const int64_t ta = i >> sh, tb = (i + 1) >> sh;
+              rotate_pair<T, kStep, kInverse>(f(x[i]), f(x[i + 1]), f(c[ta]), f(sn[ta]),
+                                              f(c[tb]), f(sn[tb]), o + i, o + i + 1);
             }
           } else {
             for (int64_t i = 0; i < half; ++i) {

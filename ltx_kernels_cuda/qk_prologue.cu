@@ -16,6 +16,7 @@
 #include "../torch-ext/torch_binding.h"
 #include "common/dispatch.cuh"
 #include "common/reduce.cuh"
+#include "common/rope_tables.cuh"
 #include "common/vec.cuh"
 
 namespace ltx::cuda {
@@ -63,23 +64,6 @@ __device__ __forceinline__ void store_n(const Vec<T, N>& v, T* p) {
   } else {
 #pragma unroll
     for (int k = 0; k < N; ++k) p[k] = v.v[k];
-  }
-}
-
-// N fp32 table values (aligned: accesses of up to 16 bytes).
-template <int N, bool kVec>
-__device__ __forceinline__ void load_table(const float* p, float* out) {
-  if constexpr (kVec) {
-    constexpr int C = N < 4 ? N : 4;
-#pragma unroll
-    for (int i = 0; i < N; i += C) {
-      const Vec<float, C> v = Vec<float, C>::load(p + i);
-#pragma unroll
-      for (int k = 0; k < C; ++k) out[i + k] = v.v[k];
-    }
-  } else {
-#pragma unroll
-    for (int k = 0; k < N; ++k) out[k] = __ldg(p + k);
   }
 }
 
@@ -131,7 +115,8 @@ __device__ __forceinline__ void store_rotated(const float* n, const float* c, co
   store_n<T, N, kVec>(r, o);
 }
 
-template <typename T, typename Tw, int N, bool kVec>
+// kTab: how the tables are read when there are any (common/rope_tables.cuh).
+template <typename T, typename Tw, int N, bool kVec, int kTab>
 __global__ void rmsnorm_rope_qk_kernel(QkParams p) {
   __shared__ float scratch[kMaxWarpsPerBlock];
   using V = Vec<T, N>;
@@ -194,8 +179,8 @@ __global__ void rmsnorm_rope_qk_kernel(QkParams p) {
       if constexpr (N >= 2) {
         if (rope) {  // with tables, both rows are live together
           float c[N], s[N];
-          load_table<N, kVec>(crow + j * N, c);
-          load_table<N, kVec>(srow + j * N, s);
+          load_table<N, kVec, kTab>(crow, j, c);
+          load_table<N, kVec, kTab>(srow, j, s);
           store_rotated<T, N, kVec>(n[0], c, s, orow[0] + j * N);
           store_rotated<T, N, kVec>(n[1], c, s, orow[1] + j * N);
           return;
@@ -219,10 +204,6 @@ __global__ void rmsnorm_rope_qk_kernel(QkParams p) {
   }
 }
 
-
-bool aligned_to(const void* ptr, int64_t bytes) {
-  return reinterpret_cast<uintptr_t>(ptr) % bytes == 0;
-}
 
 }  // namespace
 }  // namespace ltx::cuda
@@ -280,11 +261,10 @@ void rmsnorm_rope_qk_launch(const at::Tensor& q_out2d, const at::Tensor& q2d,
                                     {p.out[1], xe, p.out_stride[1]},
                                     {w_any, we, 0},
                                     {p.w[1] ? p.w[1] : w_any, we, 0}});
-  if (vec >= 4 && rope) {
-    const int64_t tb = std::min(vec, 4) * 4;  // bytes per table access
-    const bool ok = aligned_to(p.cos, tb) && aligned_to(p.sin, tb) && p.cos_b % vec == 0 &&
-                    p.cos_s % vec == 0 && p.sin_b % vec == 0 && p.sin_s % vec == 0;
-    if (!ok) vec = 2;
+  const int tables = !rope ? kNoTables : (cos.size(2) * 2 == p.cols ? kPairTables : kFullTables);
+  if (vec >= 4 && rope &&
+      !tables_vectorizable(tables, vec, p.cos, p.sin, {p.cos_b, p.cos_s, p.sin_b, p.sin_s})) {
+    vec = 2;
   }
   // Variants: 8 / 4 elements with vector accesses, 2 (even D) or 1 (odd D, norm only)
   // with scalar accesses.
@@ -293,7 +273,7 @@ void rmsnorm_rope_qk_launch(const at::Tensor& q_out2d, const at::Tensor& q2d,
   const int64_t nvec = p.cols / vec;
   const int tpr_wanted = std::min(kMaxBlock, pow2_ceil(ceil_div(nvec, kTargetPerThread)));
   const int64_t max_blocks = static_cast<int64_t>(sm_count(q2d.device().index())) * 64;
-  auto launch = [&](auto kernel) {
+  auto launch1 = [&](auto kernel) {
     cudaFuncAttributes attr;
     C10_CUDA_CHECK(cudaFuncGetAttributes(&attr, kernel));
     p.tpr = tpr_wanted;
@@ -303,6 +283,10 @@ void rmsnorm_rope_qk_launch(const at::Tensor& q_out2d, const at::Tensor& q2d,
     const unsigned grid = static_cast<unsigned>(std::min(ceil_div(p.tokens, groups), max_blocks));
     kernel<<<grid, block, 0, stream>>>(p);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
+  };
+  // The instantiation for this call's table kind (norm-only calls take the full one).
+  auto launch = [&](auto full, auto pair) {
+    return tables == kPairTables ? launch1(pair) : launch1(full);
   };
 
   dispatch_float(x_dtype, [&](auto xt) {
@@ -314,16 +298,21 @@ void rmsnorm_rope_qk_launch(const at::Tensor& q_out2d, const at::Tensor& q2d,
         switch (vec) {
           case 8:
             if constexpr (8 * widest <= 16) {
-              return launch(rmsnorm_rope_qk_kernel<T, Tw, 8, true>);
+              return launch(rmsnorm_rope_qk_kernel<T, Tw, 8, true, kFullTables>,
+                            rmsnorm_rope_qk_kernel<T, Tw, 8, true, kPairTables>);
             }
             break;
           case 4:
             if constexpr (4 * widest <= 16) {
-              return launch(rmsnorm_rope_qk_kernel<T, Tw, 4, true>);
+              return launch(rmsnorm_rope_qk_kernel<T, Tw, 4, true, kFullTables>,
+                            rmsnorm_rope_qk_kernel<T, Tw, 4, true, kPairTables>);
             }
             break;
-          case 2: return launch(rmsnorm_rope_qk_kernel<T, Tw, 2, false>);
-          default: return launch(rmsnorm_rope_qk_kernel<T, Tw, 1, false>);
+          case 2:
+            return launch(rmsnorm_rope_qk_kernel<T, Tw, 2, false, kFullTables>,
+                          rmsnorm_rope_qk_kernel<T, Tw, 2, false, kPairTables>);
+          default:  // odd D: norm only
+            return launch1(rmsnorm_rope_qk_kernel<T, Tw, 1, false, kFullTables>);
         }
         TORCH_CHECK(false, "ltx_kernels.rmsnorm_rope_qk: internal error: vector width ", vec);
       } else {

@@ -44,19 +44,20 @@ struct QkBwdParams {
 };
 
 // The grad of the normalised value for vector j of one row: g, rotated back with tables.
-template <typename Tg, int N, bool kVec, bool kRope>
+template <typename Tg, int N, bool kVec, int kTab>
 __device__ __forceinline__ void grad_n(const Tg* gr, const float* crow, const float* srow, int j,
                                        float* g) {
   rmsbwd::load_f<Tg, N, kVec>(gr + j * N, g);
-  if constexpr (kRope) {
+  if constexpr (kTab != kNoTables) {
     float c[N], s[N];
-    rmsbwd::load_table<N, kVec>(crow + j * N, c);
-    rmsbwd::load_table<N, kVec>(srow + j * N, s);
+    load_table<N, kVec, kTab>(crow, j, c);
+    load_table<N, kVec, kTab>(srow, j, s);
     rmsbwd::rotate_back<N>(g, c, s);
   }
 }
 
-template <typename T, typename Tg, typename Tw, int N, bool kVec, bool kRope>
+// kTab: kNoTables (norm only), or how the tables are read (common/rope_tables.cuh).
+template <typename T, typename Tg, typename Tw, int N, bool kVec, int kTab>
 __global__ void qk_backward_kernel(QkBwdParams p) {
   __shared__ float scratch[kMaxWarpsPerBlock];
   const int nvec = p.cols / N;
@@ -68,7 +69,7 @@ __global__ void qk_backward_kernel(QkBwdParams p) {
     const int64_t row = base + threadIdx.x / p.tpr;
     const float* crow = nullptr;
     const float* srow = nullptr;
-    if constexpr (kRope) {
+    if constexpr (kTab != kNoTables) {
       const int64_t rr = row < p.tokens ? row : 0;
       const int64_t b = rr / p.seq, s = rr % p.seq;
       crow = p.cos + b * p.cos_b + s * p.cos_s;
@@ -85,7 +86,7 @@ __global__ void qk_backward_kernel(QkBwdParams p) {
       for (int j = lane; live && j < nvec; j += p.tpr) {
         float x[N], g[N], wv[N];
         rmsbwd::load_f<T, N, kVec>(xr + j * N, x);
-        grad_n<Tg, N, kVec, kRope>(gr, crow, srow, j, g);
+        grad_n<Tg, N, kVec, kTab>(gr, crow, srow, j, g);
         if (w != nullptr) rmsbwd::load_f<Tw, N, kVec>(w + j * N, wv);
 #pragma unroll
         for (int k = 0; k < N; ++k) {
@@ -103,7 +104,7 @@ __global__ void qk_backward_kernel(QkBwdParams p) {
       for (int j = lane; live && j < nvec; j += p.tpr) {
         float x[N], g[N], wv[N], d[N];
         rmsbwd::load_f<T, N, kVec>(xr + j * N, x);
-        grad_n<Tg, N, kVec, kRope>(gr, crow, srow, j, g);
+        grad_n<Tg, N, kVec, kTab>(gr, crow, srow, j, g);
         if (w != nullptr) rmsbwd::load_f<Tw, N, kVec>(w + j * N, wv);
 #pragma unroll
         for (int k = 0; k < N; ++k) {
@@ -114,10 +115,6 @@ __global__ void qk_backward_kernel(QkBwdParams p) {
       }
     }
   }
-}
-
-bool aligned_to(const void* ptr, int64_t bytes) {
-  return reinterpret_cast<uintptr_t>(ptr) % bytes == 0;
 }
 
 }  // namespace
@@ -188,11 +185,10 @@ void rmsnorm_rope_qk_backward_launch(const at::Tensor& dq2d, const at::Tensor& g
                                     {p.g[0], ge, p.g_stride[0]}, {p.g[1], ge, p.g_stride[1]},
                                     {p.dx[0], xe, p.dx_stride[0]}, {p.dx[1], xe, p.dx_stride[1]},
                                     {w_any, we, 0}, {p.w[1] ? p.w[1] : w_any, we, 0}});
-  if (vec >= 4 && rope) {
-    const int64_t tb = std::min(vec, 4) * 4;
-    const bool ok = aligned_to(p.cos, tb) && aligned_to(p.sin, tb) && p.cos_b % vec == 0 &&
-                    p.cos_s % vec == 0 && p.sin_b % vec == 0 && p.sin_s % vec == 0;
-    if (!ok) vec = 2;
+  const int tables = !rope ? kNoTables : (cos.size(2) * 2 == p.cols ? kPairTables : kFullTables);
+  if (vec >= 4 && rope &&
+      !tables_vectorizable(tables, vec, p.cos, p.sin, {p.cos_b, p.cos_s, p.sin_b, p.sin_s})) {
+    vec = 2;
   }
   // As the forward: 8 / 4 with vector accesses, 2 (even D) or 1 (odd D, norm only) scalar.
   if (vec < 4) vec = p.cols % 2 == 0 ? 2 : 1;
@@ -253,37 +249,38 @@ void rmsnorm_rope_qk_backward_launch(const at::Tensor& dq2d, const at::Tensor& g
         if constexpr ((std::is_same_v<Tg, T> || std::is_same_v<Tg, float>) &&
                       (std::is_same_v<Tw, T> || std::is_same_v<Tw, float>)) {
           constexpr size_t widest = std::max({sizeof(T), sizeof(Tg), sizeof(Tw)});
+          // The row kernel and the weight-grad kernel for this call's table kind.
+          auto run_tab = [&](auto vec_tag, auto kvec_tag) {
+            constexpr int N = decltype(vec_tag)::value;
+            constexpr bool kVec = decltype(kvec_tag)::value;
+            if (tables == kPairTables) {
+              return run(qk_backward_kernel<T, Tg, Tw, N, kVec, kPairTables>,
+                         rmsbwd::dw_partial_kernel<T, Tg, N, kVec, kPairTables>);
+            }
+            if (tables == kFullTables) {
+              return run(qk_backward_kernel<T, Tg, Tw, N, kVec, kFullTables>,
+                         rmsbwd::dw_partial_kernel<T, Tg, N, kVec, kFullTables>);
+            }
+            return run(qk_backward_kernel<T, Tg, Tw, N, kVec, kNoTables>,
+                       rmsbwd::dw_partial_kernel<T, Tg, N, kVec, kNoTables>);
+          };
+          using std::integral_constant;
           switch (vec) {
             case 8:
               if constexpr (8 * widest <= 16) {
-                if (rope) {
-                  return run(qk_backward_kernel<T, Tg, Tw, 8, true, true>,
-                             rmsbwd::dw_partial_kernel<T, Tg, 8, true, true>);
-                }
-                return run(qk_backward_kernel<T, Tg, Tw, 8, true, false>,
-                           rmsbwd::dw_partial_kernel<T, Tg, 8, true, false>);
+                return run_tab(integral_constant<int, 8>{}, std::true_type{});
               }
               break;
             case 4:
               if constexpr (4 * widest <= 16) {
-                if (rope) {
-                  return run(qk_backward_kernel<T, Tg, Tw, 4, true, true>,
-                             rmsbwd::dw_partial_kernel<T, Tg, 4, true, true>);
-                }
-                return run(qk_backward_kernel<T, Tg, Tw, 4, true, false>,
-                           rmsbwd::dw_partial_kernel<T, Tg, 4, true, false>);
+                return run_tab(integral_constant<int, 4>{}, std::true_type{});
               }
               break;
             case 2:
-              if (rope) {
-                return run(qk_backward_kernel<T, Tg, Tw, 2, false, true>,
-                           rmsbwd::dw_partial_kernel<T, Tg, 2, false, true>);
-              }
-              return run(qk_backward_kernel<T, Tg, Tw, 2, false, false>,
-                         rmsbwd::dw_partial_kernel<T, Tg, 2, false, false>);
-            default:
-              return run(qk_backward_kernel<T, Tg, Tw, 1, false, false>,
-                         rmsbwd::dw_partial_kernel<T, Tg, 1, false, false>);
+              return run_tab(integral_constant<int, 2>{}, std::false_type{});
+            default:  // odd D: norm only
+              return run(qk_backward_kernel<T, Tg, Tw, 1, false, kNoTables>,
+                         rmsbwd::dw_partial_kernel<T, Tg, 1, false, kNoTables>);
           }
           TORCH_CHECK(false, "ltx_kernels.rmsnorm_rope_qk_backward: internal error: vector width ",
                       vec);

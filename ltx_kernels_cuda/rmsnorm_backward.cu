@@ -177,7 +177,7 @@ void rms_norm_backward_launch(const at::Tensor& dx2d, const at::Tensor& g2d_in,
             constexpr size_t widest = std::max({sizeof(T), sizeof(Tg), sizeof(Tw)});
             if constexpr (N * widest <= 16) {
               launch_rows(rms_norm_backward_kernel<T, Tg, Tw, N>);
-              if (dw.defined()) launch_dw(rmsbwd::dw_partial_kernel<T, Tg, N, true, false>);
+              if (dw.defined()) launch_dw(rmsbwd::dw_partial_kernel<T, Tg, N, true, kNoTables>);
             } else {
               TORCH_CHECK(false, "ltx_kernels.rms_norm_backward: internal error: vector width ", N);
             }

@@ -131,18 +131,25 @@ constexpr int kPackedMinBlocks = 2;
 constexpr int kPackedMinBlocks = 4;
 #endif
 
-template <typename Tx, typename Tc, int U, bool kInterleaved, bool kInverse, bool kPacked = false>
+// kPair (interleaved only): pair tables [B, S, D/2], value i for channels 2i and 2i+1, so a
+// unit of kUnit channels reads kUnit/2 table values (half the table bytes).
+template <typename Tx, typename Tc, int U, bool kInterleaved, bool kInverse, bool kPacked = false,
+          bool kPair = false>
 __global__ void __launch_bounds__(kBlock, kPacked ? kPackedMinBlocks : kMinBlocks)
     rope_kernel(const RopeParams p) {
   static_assert(!kPacked || (U == 8 && std::is_same_v<Tx, Tc> && !std::is_same_v<Tx, float> &&
                              !kInterleaved && !kInverse),
                 "the packed form is the rotate-half forward on 16-byte vectors of one half dtype");
+  static_assert(!kPair || kInterleaved, "pair tables are an interleaved-layout form");
   constexpr int kUnit = (kInterleaved && U < 2) ? 2 : U;  // a unit holds whole pairs
+  constexpr int kTabUnit = kPair ? kUnit / 2 : kUnit;     // table values per unit
   constexpr int CX = chunk_of<Tx, U>();
   constexpr int CC = chunk_of<Tc, U>();
+  constexpr int CT = kPair ? chunk_of<Tc, kTabUnit>() : CC;  // U = 1: scalar mode, CT = 1
   constexpr bool kStep = std::is_same_v<Tx, Tc> && !std::is_same_v<Tx, float>;
   using UX = Unit<Tx, kUnit, CX>;
   using UC = Unit<Tc, kUnit, CC>;
+  using UT = Unit<Tc, kTabUnit, CT>;  // the interleaved layout's table unit
 
   const int group = p.lanes * p.slots;
   const int lane = threadIdx.x & (p.lanes - 1);
@@ -194,15 +201,17 @@ __global__ void __launch_bounds__(kBlock, kPacked ? kPackedMinBlocks : kMinBlock
     for (int j = lane; j < p.rot_items; j += p.lanes) {
       if constexpr (kInterleaved) {
         const int off = j * kUnit;
-        UC c, sn;
-        c.load(cr + off);
-        sn.load(sr + off);
+        UT c, sn;
+        c.load(cr + j * kTabUnit);
+        sn.load(sr + j * kTabUnit);
+        // Table entry of channel i of the unit.
+        auto at = [](int i) { return kPair ? i / 2 : i; };
         auto rotate = [&](UX& v) {
 #pragma unroll
           for (int i = 0; i < kUnit; i += 2) {
             float x0 = v.get(i), x1 = v.get(i + 1);
-            rotate_pair<Tx, kStep, kInverse>(x0, x1, c.get(i), sn.get(i), c.get(i + 1),
-                                             sn.get(i + 1));
+            rotate_pair<Tx, kStep, kInverse>(x0, x1, c.get(at(i)), sn.get(at(i)),
+                                             c.get(at(i + 1)), sn.get(at(i + 1)));
             v.set(i, x0);
             v.set(i + 1, x1);
           }
@@ -321,12 +330,14 @@ bool unit_ok(const void* ptr, int elem, int chunk, std::initializer_list<int64_t
 }
 
 // The widest unit U in {8, 4, 2} whose accesses stay aligned for every operand, or 1
-// (scalar accesses). U divides `cols` (the row length or the rotary half).
-int pick_unit(const RopeParams& p, int xs, int cs, int64_t cols) {
+// (scalar accesses). U divides `cols` (the row length or the rotary half). Pair tables
+// read U / 2 table values per unit.
+int pick_unit(const RopeParams& p, int xs, int cs, int64_t cols, bool pair) {
   for (int u : {8, 4, 2}) {
     if (u * xs > 16 || cols % u != 0) continue;
     const int cx = std::min(u, 16 / xs);
-    const int cc = std::min(u, 16 / cs);
+    const int tu = pair ? u / 2 : u;
+    const int cc = tu == 1 ? 1 : std::min(tu, 16 / cs);
     bool ok = unit_ok(p.cos, cs, cc, {p.cos_b, p.cos_s}) && unit_ok(p.sin, cs, cc, {p.sin_b, p.sin_s});
     for (const RopeSide& s : p.side) {
       if (s.heads == 0) continue;
@@ -385,7 +396,8 @@ void rope_rotate_launch(const at::Tensor& out0, const at::Tensor& in0, const at:
   const int xs = static_cast<int>(in0.element_size());
   const int cs = static_cast<int>(cos.element_size());
   const int64_t cols = interleaved ? dim : std::gcd(rdim / 2, dim);
-  const int u = pick_unit(p, xs, cs, cols);
+  const bool pair = interleaved && rdim * 2 == dim;  // pair tables [B, S, D/2]
+  const int u = pick_unit(p, xs, cs, cols, pair);
   const int unit = interleaved ? std::max(u, 2) : u;
   p.rot_items = static_cast<int>((interleaved ? dim : rdim / 2) / unit);
   p.pass_items = interleaved ? 0 : static_cast<int>((dim - rdim) / unit);
@@ -410,7 +422,11 @@ void rope_rotate_launch(const at::Tensor& out0, const at::Tensor& in0, const at:
               constexpr bool kInv = decltype(inv)::value;
               if (interleaved) {
                 if constexpr (std::is_same_v<Tc, float>) {
-                  rope_kernel<Tx, Tc, U, true, kInv><<<grid, kBlock, 0, stream>>>(p);
+                  if (pair) {
+                    rope_kernel<Tx, Tc, U, true, kInv, false, true><<<grid, kBlock, 0, stream>>>(p);
+                  } else {
+                    rope_kernel<Tx, Tc, U, true, kInv><<<grid, kBlock, 0, stream>>>(p);
+                  }
                   C10_CUDA_KERNEL_LAUNCH_CHECK();
                 } else {
                   TORCH_CHECK(false, "ltx_kernels.rope_interleaved: tables must be float32");

@@ -260,3 +260,43 @@ def test_backward_bad_inputs_name_the_argument(device):
     for fn, msg in cases:
         with pytest.raises(RuntimeError, match=msg):
             fn()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("d", [6, 64, 2048])
+@pytest.mark.parametrize("weights", [True, False])
+def test_pair_tables_equal_full_tables(device, dtype, d, weights):
+    """Pair tables [.., D/2] (value i for channels 2i, 2i+1) give exactly the outputs and the
+    grads (q, k, both weights) of their repeat_interleave(2): forward, in place, backward;
+    stride-0 batch and [S, D/2] tables."""
+    q = torch.randn(2, 7, d, device=device).to(dtype)
+    k = torch.randn(2, 7, d, device=device).to(dtype)
+    qw = (1 + 0.1 * torch.randn(d, device=device)).to(dtype) if weights else None
+    kw = (1 + 0.1 * torch.randn(d, device=device)).to(dtype) if weights else None
+    for c, s in ((torch.randn(2, 7, d // 2, device=device), torch.randn(2, 7, d // 2, device=device)),
+                 (torch.randn(7, d // 2, device=device), torch.randn(7, d // 2, device=device)),
+                 (torch.randn(1, 7, d // 2, device=device).expand(2, 7, d // 2),
+                  torch.randn(1, 7, d // 2, device=device).expand(2, 7, d // 2))):
+        cf, sf = c.repeat_interleave(2, -1), s.repeat_interleave(2, -1)
+        want = kernel.rmsnorm_rope_qk(q, k, qw, kw, cf, sf, 1e-6)
+        got = kernel.rmsnorm_rope_qk(q, k, qw, kw, c, s, 1e-6)
+        assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+        qi, ki = q.clone(), k.clone()
+        kernel.rmsnorm_rope_qk(qi, ki, qw, kw, c, s, 1e-6, inplace=True)
+        assert torch.equal(qi, want[0]) and torch.equal(ki, want[1])
+        gq, gk = torch.randn_like(q), torch.randn_like(k)
+        inputs = (q, k, qw, kw)
+        pair = grads(lambda q, k, qw, kw: kernel.rmsnorm_rope_qk(q, k, qw, kw, c, s, 1e-6), inputs, gq, gk)
+        full = grads(lambda q, k, qw, kw: kernel.rmsnorm_rope_qk(q, k, qw, kw, cf, sf, 1e-6), inputs, gq, gk)
+        assert all(torch.equal(a, b) for a, b in zip(pair, full))
+
+
+@requires_cpu_variant
+def test_gradcheck_pair_tables_cpu_float64():
+    q = torch.randn(2, 3, 8, dtype=torch.float64, requires_grad=True)
+    k = torch.randn(2, 3, 8, dtype=torch.float64, requires_grad=True)
+    qw = torch.randn(8, dtype=torch.float64, requires_grad=True)
+    c, s = torch.randn(2, 3, 4, dtype=torch.float64), torch.randn(2, 3, 4, dtype=torch.float64)
+    assert torch.autograd.gradcheck(
+        lambda q, k, qw: kernel.rmsnorm_rope_qk(q, k, qw, None, c, s, 1e-6), (q, k, qw))

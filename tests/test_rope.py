@@ -236,6 +236,63 @@ def test_interleaved_misaligned(device, offset, dtype):
     assert torch.equal(q_out, expected) and torch.equal(k_out, diffusers_ltx_apply(q2, cos, sin))
 
 
+# ---- pair tables: [S, D/2] / [B, S, D/2], value i for channels 2i and 2i+1 -----------------
+
+
+def pair_tables(shape, device, offset=0):
+    """Pair tables of `shape` (last dim D/2), their full [.., D] equivalents (LTX's
+    repeat_interleave(2)); data starting `offset` floats into storage (misaligned)."""
+    c = misaligned(shape, torch.float32, device, offset)
+    s = misaligned(shape, torch.float32, device, (offset + 3) % 8)
+    return c, s, c.repeat_interleave(2, -1), s.repeat_interleave(2, -1)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("d", [2, 6, 10, 64, 128, 2048])
+@pytest.mark.parametrize("tables", ["SD", "BSD", "B1D", "expanded", "offset1", "strided"])
+def test_interleaved_pair_tables_equal_full_tables(device, dtype, d, tables):
+    """Pair tables give exactly the result of their repeat_interleave(2) (every kernel
+    form: 16-byte units, narrow units, scalar), for rope_interleaved (also out= and
+    in place) and rope_interleaved_qk; broadcast, stride-0, misaligned and row-strided
+    tables."""
+    b, s = 2, 7
+    x = torch.randn(b, s, d, device=device).to(dtype)
+    k = torch.randn(b, s, d, device=device).to(dtype)
+    shape = {"SD": (s, d // 2), "B1D": (1, s, d // 2)}.get(tables, (b, s, d // 2))
+    c, sn, cf, sf = pair_tables(shape, device, offset=1 if tables == "offset1" else 0)
+    if tables == "expanded":  # stride-0 batch (LTX's CFG halves)
+        c, sn = c[:1].expand(shape), sn[:1].expand(shape)
+        cf, sf = c.repeat_interleave(2, -1), sn.repeat_interleave(2, -1)
+    if tables == "strided":  # rows of a wider buffer: row stride != D/2
+        wide_c = torch.randn(b, s, d // 2 + 3, device=device)
+        wide_s = torch.randn(b, s, d // 2 + 3, device=device)
+        c, sn = wide_c[..., : d // 2], wide_s[..., : d // 2]
+        cf, sf = c.repeat_interleave(2, -1), sn.repeat_interleave(2, -1)
+    want = kernel.rope_interleaved(x, cf, sf)
+    assert torch.equal(kernel.rope_interleaved(x, c, sn), want)
+    assert torch.equal(want, diffusers_ltx_apply(x, cf, sf))
+    out = torch.full_like(x, float("nan"))
+    assert torch.equal(kernel.rope_interleaved(x, c, sn, out=out), want)
+    xi = x.clone()
+    kernel.rope_interleaved(xi, c, sn, out=xi)
+    assert torch.equal(xi, want)
+    q_out, k_out = kernel.rope_interleaved_qk(x, k, c, sn)
+    assert torch.equal(q_out, want) and torch.equal(k_out, kernel.rope_interleaved(k, cf, sf))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_interleaved_pair_tables_bad_shapes_name_the_argument(device):
+    x = torch.randn(2, 5, 12, device=device)
+    good = torch.randn(5, 6, device=device)
+    for bad in (torch.randn(5, 5, device=device), torch.randn(5, 7, device=device),
+                torch.randn(3, 6, device=device), torch.randn(6, device=device)):
+        with pytest.raises(RuntimeError, match=r"ltx_kernels.rope_interleaved: cos must have shape .*D/2"):
+            kernel.rope_interleaved(x, bad, bad)
+    with pytest.raises(RuntimeError, match="sin must have cos's shape"):
+        kernel.rope_interleaved(x, good, torch.randn(5, 12, device=device))
+
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_interleaved_layouts(device):
     d = 64
@@ -508,7 +565,7 @@ def test_bad_inputs_raise_naming_the_argument(device):
         (lambda: kernel.rope_interleaved(x[0, 0], c[0, 0], c[0, 0]), "at least 2 dims"),
         (lambda: kernel.rope_interleaved(x, c.to(bf), c.to(bf)), "cos must be float32"),
         (lambda: kernel.rope_interleaved(x, c, c.double()), "sin must be float32"),
-        (lambda: kernel.rope_interleaved(x, c[..., :32], c[..., :32]), "cos must have shape"),
+        (lambda: kernel.rope_interleaved(x, c[..., :30], c[..., :30]), "cos must have shape"),  # neither D nor D/2
         (lambda: kernel.rope_interleaved(x, c[:, :4], c[:, :4]), "cos must have shape"),
         (lambda: kernel.rope_interleaved(x, torch.randn(3, 5, 64, device=device), torch.randn(3, 5, 64, device=device)), "cos must have shape"),
         (lambda: kernel.rope_interleaved(x, c, c[0]), "sin must have cos's shape"),

@@ -373,3 +373,29 @@ def test_table_grad_and_inference_only_paths(device):
             fn()
     with torch.no_grad():  # fine without autograd
         kernel.rope_rotate_half_single(qr, hc, hs, inplace=True)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("d", [6, 64, 2048])
+def test_pair_tables_grads_equal_full_tables(device, dtype, d):
+    """Pair tables [.., D/2] give exactly the grads of their repeat_interleave(2)."""
+    c = torch.randn(2, 7, d // 2, device=device)
+    s = torch.randn(1, 7, d // 2, device=device).expand(2, 7, d // 2)  # stride-0 batch
+    cf, sf = c.repeat_interleave(2, -1), s.repeat_interleave(2, -1)
+    q = torch.randn(2, 7, d, device=device).to(dtype)
+    k = torch.randn(2, 7, d, device=device).to(dtype)
+    gq, gk = torch.randn_like(q), torch.randn_like(k)
+    for fn in (lambda c, s: lambda q, k: kernel.rope_interleaved_qk(q, k, c, s),
+               lambda c, s: lambda q, k: (kernel.rope_interleaved(q, c, s), kernel.rope_interleaved(k, c, s))):
+        pair = vjp(fn(c, s), (q, k), (gq, gk))
+        full = vjp(fn(cf, sf), (q, k), (gq, gk))
+        assert all(torch.equal(a, b) for a, b in zip(pair, full))
+
+
+@requires_cpu_variant
+def test_gradcheck_pair_tables_cpu_float64():
+    q = torch.randn(2, 3, 8, dtype=D64, requires_grad=True)
+    k = torch.randn(2, 3, 8, dtype=D64, requires_grad=True)
+    c, s = torch.randn(3, 4, dtype=D64), torch.randn(3, 4, dtype=D64)
+    assert torch.autograd.gradcheck(lambda q, k: kernel.rope_interleaved_qk(q, k, c, s), (q, k))

@@ -60,7 +60,8 @@ enum class RopeLayout : int64_t {
 //   in0/out0 (and in1/out1 when in1 is defined): [B, S, H_i, D], stride(-1) == 1, any
 //     other strides (out rows never overlap); out_i may be in_i itself (in place).
 //   cos/sin: [B, S, R], stride(-1) == 1, stride 0 where broadcast; float32, or the dtype
-//     of the inputs. kInterleaved: R == D. kRotateHalf: R even, R <= D; channels >= R
+//     of the inputs. kInterleaved: R == D, or R == D / 2 (pair tables: value i serves
+//     channels 2i and 2i+1; float32 only). kRotateHalf: R even, R <= D; channels >= R
 //     are copied unchanged.
 // Rounding: tables in the input dtype (half precision) reproduce eager step rounding
 // (each product and the sum rounded to that dtype); float32 tables compute in fp32 and
@@ -118,7 +119,8 @@ namespace ltx {
 // q2d/k2d, q_out2d/k_out2d: [rows_q, D] / [rows_k, D] views, stride(1) == 1; outputs may be
 // their inputs (in place). Weights: none, or contiguous [D], both in x's dtype or both fp32.
 // cos/sin: undefined (norm only; then rows_k may differ from rows_q), or fp32 [B, S, D]
-// views with stride(-1) == 1 (rows_k == rows_q == B * S, D even).
+// views with stride(-1) == 1 (rows_k == rows_q == B * S, D even), or [B, S, D / 2] pair
+// tables (value i serves channels 2i and 2i+1).
 void rmsnorm_rope_qk_launch(const at::Tensor& q_out2d, const at::Tensor& q2d,
                             const at::Tensor& k_out2d, const at::Tensor& k2d,
                             const std::optional<at::Tensor>& q_weight,

@@ -11,6 +11,7 @@
 
 #include <cstdint>
 
+#include "rope_tables.cuh"
 #include "vec.cuh"
 
 namespace ltx::cuda::rmsbwd {
@@ -38,23 +39,6 @@ __device__ __forceinline__ void store_f(const float* in, T* p) {
   } else {
 #pragma unroll
     for (int k = 0; k < N; ++k) p[k] = v.v[k];
-  }
-}
-
-// fp32 table values: vector accesses of at most 16 bytes when kVec.
-template <int N, bool kVec>
-__device__ __forceinline__ void load_table(const float* p, float* out) {
-  if constexpr (kVec) {
-    constexpr int C = N < 4 ? N : 4;
-#pragma unroll
-    for (int i = 0; i < N; i += C) {
-      const Vec<float, C> v = Vec<float, C>::load(p + i);
-#pragma unroll
-      for (int k = 0; k < C; ++k) out[i + k] = v.v[k];
-    }
-  } else {
-#pragma unroll
-    for (int k = 0; k < N; ++k) out[k] = __ldg(p + k);
   }
 }
 
@@ -91,7 +75,8 @@ struct DwParams {
 };
 
 // grid: (ceil(cols / N / blockDim.x), chunks, sides). Thread j owns columns [j*N, j*N+N).
-template <typename T, typename Tg, int N, bool kVec, bool kRope>
+// kTab: kNoTables, or how the grads' rotation tables are read (common/rope_tables.cuh).
+template <typename T, typename Tg, int N, bool kVec, int kTab>
 __global__ void dw_partial_kernel(DwParams p) {
   const int nvec = p.cols / N;
   const int j = blockIdx.x * blockDim.x + threadIdx.x;
@@ -106,11 +91,11 @@ __global__ void dw_partial_kernel(DwParams p) {
     float x[N], g[N];
     load_f<T, N, kVec>(static_cast<const T*>(s.x) + r * s.x_stride + j * N, x);
     load_f<Tg, N, kVec>(static_cast<const Tg*>(s.g) + r * s.g_stride + j * N, g);
-    if constexpr (kRope) {
+    if constexpr (kTab != kNoTables) {
       float c[N], sn[N];
       const int64_t b = r / p.seq, q = r % p.seq;
-      load_table<N, kVec>(p.cos + b * p.cos_b + q * p.cos_s + j * N, c);
-      load_table<N, kVec>(p.sin + b * p.sin_b + q * p.sin_s + j * N, sn);
+      load_table<N, kVec, kTab>(p.cos + b * p.cos_b + q * p.cos_s, j, c);
+      load_table<N, kVec, kTab>(p.sin + b * p.sin_b + q * p.sin_s, j, sn);
       rotate_back<N>(g, c, sn);
     }
     const float rs = __ldg(s.rstd + r);

@@ -35,7 +35,8 @@ def rmsnorm_rope_qk(
     ``q``: ``[..., S, D]`` float32/float16/bfloat16; ``k``: q's dtype and, with tables,
     q's shape. Either may be a row-strided view of a fused projection (no copy).
     ``cos``/``sin``: float32 ``[S, D]`` or ``[B, S, D]`` broadcastable to q (stride-0 batch
-    read without a copy), or both None for the norms only; then k may have other leading
+    read without a copy), or pair tables ``[S, D/2]`` / ``[B, S, D/2]`` (value i serves the
+    pair ``(2i, 2i+1)``: as ``rope_interleaved``, half the table bytes), or both None for the norms only; then k may have other leading
     dims than q (cross-attention keys). ``inplace=True`` writes into q and k and returns
     them; that path is inference-only (a RuntimeError when grad mode is on and an input
     requires grad). Returns ``(q_out, k_out)`` in q's dtype. Differentiable in q, k and

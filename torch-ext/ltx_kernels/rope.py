@@ -46,7 +46,9 @@ def rope_interleaved(
 
     ``x``: ``[..., S, D]`` (D even), float32/float16/bfloat16. ``cos``/``sin``: float32
     ``[S, D]`` or ``[B, S, D]`` broadcastable to x (a stride-0 expanded batch is read
-    without a copy). Identity pairs (LTX's front padding, cos=1, sin=0) pass x through
+    without a copy), or pair tables ``[S, D/2]`` / ``[B, S, D/2]``: value i serves the pair
+    ``(2i, 2i+1)``, the same result as their ``repeat_interleave(2, -1)`` with half the
+    table bytes (LTX's tables are such a repeat: pass ``cos[..., ::2]`` once per forward). Identity pairs (LTX's front padding, cos=1, sin=0) pass x through
     unchanged. ``out``, if given, receives the result and is returned; it may be ``x``
     (inference-only: a RuntimeError when autograd records and an input requires grad).
     Differentiable in x without ``out``.

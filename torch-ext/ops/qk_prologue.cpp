@@ -13,6 +13,7 @@
 #include <c10/core/ScalarType.h>
 
 #include <optional>
+#include <vector>
 
 #include "ops/qk_prologue.h"
 #include "ops/qk_prologue_backward.h"
@@ -68,7 +69,8 @@ Weights prepare_weights(const at::Tensor& q, const std::optional<at::Tensor>& qw
   return {prep(qw), prep(kw)};
 }
 
-// cos/sin broadcast to q [..., S, D] as a [B, S, D] view (last dim contiguous).
+// cos/sin broadcast to q [..., S, D] as a [B, S, R] view (last dim contiguous): R = D, or
+// R = D / 2 for pair tables (value i serves the pair (2i, 2i+1), as rope_interleaved).
 at::Tensor table_view(const char* name, const at::Tensor& t, const at::Tensor& q) {
   check_dev(name, t, q);
   // float64 q (CPU, gradcheck): the tables are read as float64 too.
@@ -77,16 +79,21 @@ at::Tensor table_view(const char* name, const at::Tensor& t, const at::Tensor& q
               "ltx_kernels.", kOp, ": ", name,
               " must be float32 (LTX builds and applies the tables in fp32), got ",
               t.scalar_type());
-  bool ok = t.dim() >= 2 && t.dim() <= q.dim() && t.size(-1) == q.size(-1);
-  for (int64_t i = 1; ok && i <= t.dim(); ++i) {
-    ok = t.size(-i) == q.size(-i) || (i > 1 && t.size(-i) == 1);
+  const int64_t d = q.size(-1);
+  const int64_t r = t.dim() >= 1 && t.size(-1) == d / 2 && d > 0 ? d / 2 : d;
+  bool ok = t.dim() >= 2 && t.dim() <= q.dim() && t.size(-1) == r;
+  for (int64_t i = 2; ok && i <= t.dim(); ++i) {
+    ok = t.size(-i) == q.size(-i) || t.size(-i) == 1;
   }
   TORCH_CHECK(ok, "ltx_kernels.", kOp, ": ", name, " must have shape [S, D] or [B, S, D] ",
-              "broadcastable to q's shape ", shape_str(q.sizes()), ", got ", shape_str(t.sizes()));
+              "(or [S, D/2] / [B, S, D/2]: one value per pair) broadcastable to q's shape ",
+              shape_str(q.sizes()), ", got ", shape_str(t.sizes()));
   const at::Tensor td = dbl ? t.to(at::kDouble) : t;
   const at::Tensor c = (td.size(-1) <= 1 || td.stride(-1) == 1) ? td : td.contiguous();
+  std::vector<int64_t> shape(q.sizes().begin(), q.sizes().end());
+  shape.back() = r;
   // reshape keeps a view (stride-0 batch included) whenever one stride can express it.
-  return c.expand(q.sizes()).reshape({-1, q.size(-2), q.size(-1)});
+  return c.expand(shape).reshape({-1, q.size(-2), r});
 }
 
 Tables check_tables(const at::Tensor& q, const at::Tensor& k, const std::optional<at::Tensor>& cos,

@@ -46,7 +46,9 @@ struct Weights {
 };
 
 struct Tables {
-  at::Tensor cos, sin;  // undefined: norm only; else [B, S, D] views, last dim contiguous
+  // Undefined: norm only; else [B, S, D] or [B, S, D / 2] (pair tables) views with a
+  // contiguous last dim.
+  at::Tensor cos, sin;
   int64_t seq = 1;
 };
 

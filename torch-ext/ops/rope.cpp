@@ -15,6 +15,7 @@
 #include <c10/core/ScalarType.h>
 
 #include <optional>
+#include <vector>
 
 #include "ops/rope.h"
 #include "ops/rope_backward.h"
@@ -104,7 +105,10 @@ void check_x_interleaved(const char* op, const char* name, const at::Tensor& x) 
               "'s last dim must be even (pairs (2i, 2i+1)), got ", x.size(-1));
 }
 
-// cos/sin broadcast to x [..., S, D] as a canonical [B, S, D] view.
+// cos/sin broadcast to x [..., S, D] as a canonical [B, S, R] view: R = D (a value per
+// channel, as diffusers' LTX-Video tables after repeat_interleave(2)), or R = D / 2 (pair
+// tables: value i serves the pair (2i, 2i+1); half the table bytes, the same result as
+// their repeat_interleave(2, -1)).
 at::Tensor table_interleaved(const char* op, const char* name, const at::Tensor& t,
                              const at::Tensor& x, const char* x_name) {
   check_device(op, name, t, x_name, x);
@@ -117,14 +121,18 @@ at::Tensor table_interleaved(const char* op, const char* name, const at::Tensor&
                 " must be float32 (the tables are built and applied in fp32), got ",
                 t.scalar_type());
   }
-  bool ok = t.dim() >= 2 && t.dim() <= x.dim() && t.size(-1) == x.size(-1);
-  for (int64_t i = 1; ok && i <= t.dim(); ++i) {
-    ok = t.size(-i) == x.size(-i) || (i > 1 && t.size(-i) == 1);
+  const int64_t d = x.size(-1);
+  const int64_t r = t.dim() >= 1 && t.size(-1) == d / 2 && d > 0 ? d / 2 : d;
+  bool ok = t.dim() >= 2 && t.dim() <= x.dim() && t.size(-1) == r;
+  for (int64_t i = 2; ok && i <= t.dim(); ++i) {
+    ok = t.size(-i) == x.size(-i) || t.size(-i) == 1;
   }
   TORCH_CHECK(ok, "ltx_kernels.", op, ": ", name, " must have shape [S, D] or [B, S, D] ",
-              "broadcastable to ", x_name, "'s shape ", shape_str(x.sizes()), " with D = ",
-              x.size(-1), ", got ", shape_str(t.sizes()));
-  at::Tensor e = (last_dim_contiguous(t) ? t : t.contiguous()).expand(x.sizes());
+              "(or [S, D/2] / [B, S, D/2]: one value per pair) broadcastable to ", x_name,
+              "'s shape ", shape_str(x.sizes()), " with D = ", d, ", got ", shape_str(t.sizes()));
+  std::vector<int64_t> shape(x.sizes().begin(), x.sizes().end());
+  shape.back() = r;
+  at::Tensor e = (last_dim_contiguous(t) ? t : t.contiguous()).expand(shape);
   std::optional<int64_t> bs = lead_stride(e, e.dim() - 2);
   if (!bs) {  // leading dims broadcast in a way one stride cannot express
     e = e.contiguous();
