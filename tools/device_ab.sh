@@ -6,12 +6,12 @@
 # process, clean cold-L2 flush), then the wider tests (LTX_AB_TESTS) with whatever time is
 # left of LTX_AB_LIMIT seconds. Each stage has its own timeout so earlier results come back.
 #   LTX_AB_OPS (default adaln,rmsnorm,rmsnorm_small,act,rope; rmsnorm_small under graph replay too), LTX_AB_ROUNDS (3), LTX_AB_S (per op, 100),
-#   LTX_AB_FIRST (default "direct_kernel or chunked_rows or weight_early or table_path or packed_candidate"),
+#   LTX_AB_FIRST (default: the -k expression of the candidates' tests, FIRST below),
 #   LTX_AB_TESTS (default "adaln or rmsnorm or gelu or geglu or rope"), LTX_AB_LIMIT (default 540)
 set -uo pipefail
 source "$(dirname "$0")/device_common.sh"
 LIMIT=${LTX_AB_LIMIT:-540}
-FIRST=${LTX_AB_FIRST:-direct_kernel or chunked_rows or weight_early or table_path or packed_candidate}
+FIRST=${LTX_AB_FIRST:-direct_kernel or chunked_rows or weight_early or table_path or packed_candidate or pair_tables or no_python_below or graph_recorded}
 device_env | tee "$OUT/env.txt"
 export LTX_ARCH=${LTX_ARCH:-native}
 python3 tools/build.py --backend cuda --arch "$LTX_ARCH" -j 14 > "$OUT/build_cuda.log" 2>&1 \
