@@ -290,9 +290,13 @@ def main(argv=None):
                 for mname, flush in methods.items():
                     t = timer.graph_us(fn) if flush is None else cold_l2_us(fn, flush)
                     rows.setdefault((c.name, iname, mname), []).append(t)
-        print(f"round {rnd + 1} done", flush=True)
+        # The table so far after every round: a run cut short by a time limit keeps its rounds.
+        print_table(args.op, cases, impls_of, methods, rows, f"after round {rnd + 1} of {args.rounds}")
 
-    print(f"\nop {args.op}, bf16, median (rounds) in µs; GB/s = bytes read + written once / median of the last method")
+
+def print_table(op, cases, impls_of, methods, rows, when):
+    print(f"\nop {op}, bf16, median (rounds) in µs, {when}; GB/s = bytes read + written once / "
+          "median of the last method", flush=True)
     print("\n| shape | impl | " + " | ".join(f"{m} µs (rounds)" for m in methods) + " | GB/s |")
     print("|---|---|" + "---|" * len(methods) + "---|")
     last = list(methods)[-1]
@@ -304,6 +308,7 @@ def main(argv=None):
                 cells.append(f"{statistics.median(ts):.2f} ({', '.join(f'{t:.1f}' for t in ts)})")
             gbs = c.nbytes / (statistics.median(rows[(c.name, iname, last)]) * 1e-6) / 1e9
             print(f"| {c.name} | {iname} | " + " | ".join(cells) + f" | {gbs:.0f} |")
+    print(flush=True)
 
 
 if __name__ == "__main__":

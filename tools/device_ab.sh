@@ -5,7 +5,9 @@
 # LTX_AB_OPS (every variant checked against eager, then timed with its peers in one
 # process, clean cold-L2 flush), then the wider tests (LTX_AB_TESTS) with whatever time is
 # left of LTX_AB_LIMIT seconds. Each stage has its own timeout so earlier results come back.
-#   LTX_AB_OPS (default adaln,rmsnorm,rmsnorm_small,act,rope; rmsnorm_small under graph replay too), LTX_AB_ROUNDS (3), LTX_AB_S (per op, 100),
+#   LTX_AB_OPS (default adaln,rmsnorm,rmsnorm_small,act,rope; rmsnorm_small under graph replay
+#   too), LTX_AB_ROUNDS (3), LTX_AB_S (per op at most, 100; each op gets an equal share of the
+#   time left, and one with under 30 s is skipped with a note),
 #   LTX_AB_FIRST (default: the -k expression of the candidates' tests, FIRST below),
 #   LTX_AB_TESTS (default "adaln or rmsnorm or gelu or geglu or rope"), LTX_AB_LIMIT (default 540)
 set -uo pipefail
@@ -30,13 +32,19 @@ pytest_stage() {  # pytest_stage NAME SECONDS -k-EXPRESSION
 pytest_stage pytest_first 90 "$FIRST"
 
 OPS=${LTX_AB_OPS:-adaln,rmsnorm,rmsnorm_small,act,rope}
-for op in ${OPS//,/ }; do
+ops=(${OPS//,/ })
+for i in "${!ops[@]}"; do
+  op=${ops[$i]}
+  # An equal share of the time left (30 s kept for the last tests), at most LTX_AB_S.
+  share=$(( (LIMIT - 30 - SECONDS) / (${#ops[@]} - i) ))
+  secs=$(( share < ${LTX_AB_S:-100} ? share : ${LTX_AB_S:-100} ))
+  [ "$secs" -ge 30 ] || { echo "ab $op: no time left (run it in another call: LTX_AB_OPS=$op)"; continue; }
   methods=clean
   [ "$op" = rmsnorm_small ] && methods=graph,clean
-  timeout "${LTX_AB_S:-100}" python3 benchmarks/ab_kernels.py --op "$op" \
+  timeout "$secs" python3 benchmarks/ab_kernels.py --op "$op" \
     --rounds "${LTX_AB_ROUNDS:-3}" --methods "$methods" > "$OUT/ab_$op.txt" 2>&1
   echo "ab $op rc=$? at ${SECONDS}s"
-  grep -v -i warning "$OUT/ab_$op.txt" | tail -60
+  grep -v -i warning "$OUT/ab_$op.txt" | tail -48  # the last table printed
 done
 
 pytest_stage pytest_rest $(( LIMIT - SECONDS )) "(${LTX_AB_TESTS:-adaln or rmsnorm or gelu or geglu or rope}) and not ($FIRST)"
