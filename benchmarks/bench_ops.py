@@ -110,6 +110,13 @@ def ref_rope_ltx_qk(q, k, cos, sin):
     return ref_rope_ltx(q, cos, sin), ref_rope_ltx(k, cos, sin)
 
 
+def ref_qk_prologue(q, k, qw, kw, cos, sin, eps=1e-6):
+    """LTX-Video attention: norm_q / norm_k (torch.nn.RMSNorm, weighted) then apply_rotary_emb."""
+    q = F.rms_norm(q, (q.shape[-1],), qw, eps)
+    k = F.rms_norm(k, (k.shape[-1],), kw, eps)
+    return ref_rope_ltx_qk(q, k, cos, sin)
+
+
 def ref_rope_ltx_qk_pair(q, k, cos, sin):
     """The same from pair tables [B, S, D/2]: diffusers' repeat_interleave(2), then apply."""
     return ref_rope_ltx_qk(q, k, cos.repeat_interleave(2, -1), sin.repeat_interleave(2, -1))
@@ -386,6 +393,46 @@ def rope_ltx_case(shape, dtype, device, *, qk, pair=False):
                 tables="fp32 cos+sin [B,S,D] each counted once")
 
 
+def qk_prologue_case(shape, dtype, device):
+    """rmsnorm_rope_qk, LTX-Video's q/k prologue as patch_ltx_video calls it (weights in the
+    model dtype, fp32 [B, S, D] tables). Peers: eager and compile of the module sequence,
+    FlashInfer's rmsnorm twice then its RoPE (three launches)."""
+    b, s, dim = shape
+
+    def inputs():
+        g = _g(7)
+        cos, sin = _ltx_tables(b, s, dim, device, g)
+        return {"q": randn(shape, dtype, device, g), "k": randn(shape, dtype, device, g),
+                "qw": randn((dim,), dtype, device, g, 0.1, 1.0), "kw": randn((dim,), dtype, device, g, 0.1, 1.0),
+                "cos": cos, "sin": sin}
+
+    def peers(inp, env):
+        out = [absent("liger", "no fused q/k norm + interleaved RoPE")]
+        if env.flashinfer:
+            hd = 128
+            n = b * s * (dim // hd)
+            cache = torch.cat([inp["cos"][..., ::2].reshape(n, hd // 2),
+                               inp["sin"][..., ::2].reshape(n, hd // 2)], dim=-1).contiguous()
+            pos = torch.arange(n, device=device, dtype=torch.int64)
+            q2, k2 = inp["q"].reshape(-1, dim), inp["k"].reshape(-1, dim)
+
+            def fi():
+                nq = env.flashinfer.rmsnorm(q2, inp["qw"], 1e-6).view(n, hd)
+                nk = env.flashinfer.rmsnorm(k2, inp["kw"], 1e-6).view(n, hd)
+                qo, ko = env.flashinfer.apply_rope_with_cos_sin_cache(pos, nq, nk, hd, cache, is_neox=False)
+                return qo.view(shape), ko.view(shape)
+
+            out.append(Impl("flashinfer", fi, "rmsnorm x2 + cos_sin_cache RoPE (three launches)"))
+        else:
+            out.append(absent("flashinfer", env.flashinfer_note))
+        return out
+
+    return Case("qk_prologue", f"q,k {fmt_shape(shape)}", dtype, inputs, ("q", "k", "qw", "kw", "cos", "sin"),
+                lambda k, i: k.rmsnorm_rope_qk(i["q"], i["k"], i["qw"], i["kw"], i["cos"], i["sin"], 1e-6),
+                ref_qk_prologue, ("q", "k", "qw", "kw", "cos", "sin"), peers=peers,
+                tables="weights and fp32 cos+sin [B,S,D] each counted once")
+
+
 def rope_llama_case(b, hq, hk, s, dh, dtype, device):
     def inputs():
         g = _g(5)
@@ -470,8 +517,8 @@ def gated_case(shape, gate_shape, dtype, device):
                 ref_gated_residual, ("x", "y", "gate"), peers=peers, tables="gate at its own size")
 
 
-OPS = ("rmsnorm", "geglu", "gelu_tanh", "rope_ltx", "rope_ltx_qk", "rope_ltx_qk_pair", "rope_llama", "adaln",
-       "gated_residual")
+OPS = ("rmsnorm", "geglu", "gelu_tanh", "rope_ltx", "rope_ltx_qk", "rope_ltx_qk_pair", "qk_prologue",
+       "rope_llama", "adaln", "gated_residual")
 
 
 def build_cases(ops, dtypes, device, quick, smoke):
@@ -495,6 +542,7 @@ def build_cases(ops, dtypes, device, quick, smoke):
         add("rope_ltx", lambda dt: [rope_ltx_case((2, 8, 64), dt, device, qk=False)])
         add("rope_ltx_qk", lambda dt: [rope_ltx_case((2, 8, 64), dt, device, qk=True)])
         add("rope_ltx_qk_pair", lambda dt: [rope_ltx_case((2, 8, 64), dt, device, qk=True, pair=True)])
+        add("qk_prologue", lambda dt: [qk_prologue_case((2, 8, 64), dt, device)])
         add("rope_llama", lambda dt: [rope_llama_case(1, 4, 2, 8, 16, dt, device)])
         add("adaln", lambda dt: [adaln_case((2, 8, 64), (2, 1, 64), dt, device, "rms"),
                                  adaln_case((2, 8, 64), (2, 8, 64), dt, device, "layer")])
@@ -540,6 +588,8 @@ def build_cases(ops, dtypes, device, quick, smoke):
         lambda dt: [])
     add("rope_ltx_qk_pair", lambda dt: [rope_ltx_case(s, dt, device, qk=True, pair=True) for s in rope_shapes],
         lambda dt: [])
+    add("qk_prologue", lambda dt: [qk_prologue_case(s, dt, device) for s in rope_shapes],
+        lambda dt: [qk_prologue_case((2, 8064, 2048), dt, device)])
     llama_s = (8192,) if quick else (256, 2048, 8192)
     add("rope_llama", lambda dt: [rope_llama_case(1, 32, 8, s, 128, dt, device) for s in llama_s],
         lambda dt: [rope_llama_case(1, 32, 8, 8192, 128, dt, device)])
