@@ -130,6 +130,17 @@ class RopeBenchmark(Benchmark):
 
         return torch.stack((rot(self.q), rot(self.k)))
 
+    def setup_ltx_interleaved_qk_pair(self):  # the same with pair tables [B, S, D/2]
+        self.setup_ltx_interleaved_qk()
+        self.cos_pair = self.cos[..., ::2].contiguous()
+        self.sin_pair = self.sin[..., ::2].contiguous()
+
+    def benchmark_ltx_interleaved_qk_pair(self):
+        self.out = torch.stack(self.kernel.rope_interleaved_qk(self.q, self.k, self.cos_pair, self.sin_pair))
+
+    def verify_ltx_interleaved_qk_pair(self):
+        return self.verify_ltx_interleaved_qk()
+
     def setup_llama_rotate_half(self):  # Llama-3-8B: 32 q heads, 8 kv heads, head dim 128
         s = 8192 if _big(self.device) else 256
         inv = 1.0 / (500000.0 ** (torch.arange(0, 128, 2, dtype=torch.float32) / 128))
