@@ -805,6 +805,35 @@ def nbytes_of(tensors):
     return sum(t.numel() * t.element_size() for t in tensors if t is not None)
 
 
+def summarize(rows, total, ceiling, empty_us, device):
+    """One case's summary: ours (rows[0]) vs the best peer that passed its check, and the
+    issue's targets. Shared with benchmarks/median_runs.py (medians of several runs)."""
+    ours = rows[0]
+    peers_ok = [r for r in rows[1:] if r.get("status") == "ok" and "us" in r]
+    best = min(peers_ok, key=lambda r: r["us"]) if peers_ok else None
+    summary = dict(op=ours["op"], shape=ours["shape"], dtype=ours["dtype"], bytes=total,
+                   ours_status=ours.get("status"), ours_us=ours.get("us"), ours_gbps=ours.get("gbps"),
+                   ours_pct=ours.get("pct_copy"), ours_graph_us=ours.get("graph_us"),
+                   best_peer=best["impl"] if best else None, best_us=best["us"] if best else None)
+    ok_ours = ours.get("status") == "ok" and "us" in ours
+    summary["ratio"] = ours["us"] / best["us"] if (ok_ours and best) else None
+    graph_best = [r for r in peers_ok if r.get("graph_us")]
+    if ok_ours and ours.get("graph_us") and graph_best:
+        gb = min(graph_best, key=lambda r: r["graph_us"])
+        summary["graph_ratio"] = ours["graph_us"] / gb["graph_us"]
+        summary["graph_best_peer"] = gb["impl"]
+    summary["t_copy"] = None
+    if total >= BIG_BYTES:
+        summary["t_copy"] = "PASS" if ok_ours and ours["pct_copy"] >= 100 * COPY_TARGET else "FAIL"
+    summary["t_peer"] = None if best is None else ("PASS" if summary["ratio"] is not None and summary["ratio"] <= 1.0 else "FAIL")
+    summary["t_graph"] = None
+    if total <= SMALL_BYTES and device == "cuda" and empty_us is not None:
+        bound = GRAPH_SLACK * (empty_us + total / (ceiling * 1e9) * 1e6)
+        summary["graph_bound_us"] = bound
+        summary["t_graph"] = "PASS" if ok_ours and ours.get("graph_us") and ours["graph_us"] <= bound else "FAIL"
+    return summary
+
+
 def run_case(case, env, timer, ceiling, empty_us, args):
     inp = case.inputs()
     ref_args = [inp[n] for n in case.args]
@@ -870,30 +899,7 @@ def run_case(case, env, timer, ceiling, empty_us, args):
         if "us" in row:
             row["gbps"] = total / (row["us"] * 1e-6) / 1e9
             row["pct_copy"] = 100.0 * row["gbps"] / ceiling
-    # Summary for this case: ours vs best peer, targets.
-    ours = rows[0]
-    peers_ok = [r for r in rows[1:] if r.get("status") == "ok" and "us" in r]
-    best = min(peers_ok, key=lambda r: r["us"]) if peers_ok else None
-    summary = dict(op=case.op, shape=case.shape, dtype=ours["dtype"], bytes=total,
-                   ours_status=ours.get("status"), ours_us=ours.get("us"), ours_gbps=ours.get("gbps"),
-                   ours_pct=ours.get("pct_copy"), ours_graph_us=ours.get("graph_us"),
-                   best_peer=best["impl"] if best else None, best_us=best["us"] if best else None)
-    ok_ours = ours.get("status") == "ok" and "us" in ours
-    summary["ratio"] = ours["us"] / best["us"] if (ok_ours and best) else None
-    graph_best = [r for r in peers_ok if r.get("graph_us")]
-    if ok_ours and ours.get("graph_us") and graph_best:
-        gb = min(graph_best, key=lambda r: r["graph_us"])
-        summary["graph_ratio"] = ours["graph_us"] / gb["graph_us"]
-        summary["graph_best_peer"] = gb["impl"]
-    summary["t_copy"] = None
-    if total >= BIG_BYTES:
-        summary["t_copy"] = "PASS" if ok_ours and ours["pct_copy"] >= 100 * COPY_TARGET else "FAIL"
-    summary["t_peer"] = None if best is None else ("PASS" if summary["ratio"] is not None and summary["ratio"] <= 1.0 else "FAIL")
-    summary["t_graph"] = None
-    if total <= SMALL_BYTES and env.device == "cuda" and empty_us is not None:
-        bound = GRAPH_SLACK * (empty_us + total / (ceiling * 1e9) * 1e6)
-        summary["graph_bound_us"] = bound
-        summary["t_graph"] = "PASS" if ok_ours and ours.get("graph_us") and ours["graph_us"] <= bound else "FAIL"
+    summary = summarize(rows, total, ceiling, empty_us, env.device)
     del inp, ref, ref64, impls
     if env.device == "cuda":
         torch.cuda.empty_cache()
@@ -936,7 +942,7 @@ def env_info(device):
 
 def render(meta, rows, summaries):
     L = []
-    title = "smoke run (script check, not a measurement)" if meta["smoke"] else "bench_ops.py"
+    title = meta.get("title") or ("smoke run (script check, not a measurement)" if meta["smoke"] else "bench_ops.py")
     L.append(f"## {meta['info']['date'][:10]} — {title} on {meta['info']['gpu']}")
     L.append("")
     i = meta["info"]

@@ -72,3 +72,29 @@ def test_kernels_benchmark_workloads():
             assert torch.allclose(inst.out, ref, atol=1e-2), f"{cls.__name__}.{w}: verification would fail"
             ran += 1
     assert ran >= 10
+
+
+def test_median_runs_merges_smoke_runs(tmp_path):
+    """benchmarks/median_runs.py: medians of several bench_ops.py runs, summaries recomputed,
+    each row's per-run times kept; a case missing from a run is dropped and listed."""
+    bench = _load("ltx_bench_ops", REPO / "benchmarks" / "bench_ops.py")
+    med = _load("ltx_median_runs", REPO / "benchmarks" / "median_runs.py")
+    device = "cuda" if BACKEND == "cuda" and torch.cuda.is_available() else "cpu"
+    for i, ops in enumerate(("rmsnorm,gelu_tanh", "rmsnorm,gelu_tanh", "rmsnorm")):
+        assert bench.main(["--smoke", "--device", device, "--out", str(tmp_path / f"run{i}"), "--no-results",
+                           "--ops", ops]) == 0
+    runs = [str(tmp_path / f"run{i}" / "results.json") for i in range(3)]
+    assert med.main(runs + ["--out", str(tmp_path / "med"), "--no-results"]) == 0
+    data = json.loads((tmp_path / "med" / "results.json").read_text())
+    assert {s["op"] for s in data["summaries"]} == {"rmsnorm"}
+    assert data["skipped"] and all(s.startswith("gelu_tanh") for s in data["skipped"])
+    ours = [r for r in data["rows"] if r["impl"] == "ours"]
+    assert ours and all(r["status"] == "ok" and r["note"].count(",") == 2 for r in ours), ours
+    first = json.loads((tmp_path / "run0" / "results.json").read_text())
+    r0 = next(r for r in first["rows"] if r["impl"] == "ours")
+    m0 = next(r for r in ours if r["shape"] == r0["shape"] and r["dtype"] == r0["dtype"])
+    per_run = [json.loads(open(p).read()) for p in runs]
+    times = sorted(next(r["us"] for r in run["rows"] if r["impl"] == "ours" and r["shape"] == r0["shape"]
+                        and r["dtype"] == r0["dtype"]) for run in per_run)
+    assert m0["us"] == times[1]
+    assert "median of 3 runs" in (tmp_path / "med" / "results.md").read_text()

@@ -10,6 +10,8 @@
 # our CUDA variant builds, and bench_ops.py gets a --budget-s that stops it starting new
 # cases in time to write its tables (cases not run are listed). LTX_BENCH_BUDGET (default
 # 560) is the whole script's target in seconds.
+# LTX_BENCH_RUNS=3: three runs in the call's time and their medians (benchmarks/median_runs.py),
+# e.g. LTX_BENCH_RUNS=3 bash tools/device_bench.sh --quick --dtype bf16 --ops rmsnorm,adaln.
 # $OUT afterwards: env.txt, build_cuda.log, warm_peers.log, bench.log, results.md (the
 # dated section), results.json, bench_ops.png, RESULTS.md (benchmarks/RESULTS.md with the
 # section prepended: copy it into the repo), kernels_benchmark.log when time was left.
@@ -37,6 +39,25 @@ fi
 left=$((BUDGET - SECONDS - 45))   # 45 s for the last case, tables, plot, copies
 [ "$left" -lt 60 ] && left=60
 set -o pipefail
+RUNS=${LTX_BENCH_RUNS:-1}
+if [ "$RUNS" -gt 1 ]; then
+  # The medians over runs: RUNS separate processes, each with an equal share of the
+  # time, then benchmarks/median_runs.py (their medians, the targets on those) prepends the
+  # section. Back: run<i>/results.json, results.md / .json of the medians, RESULTS.md, logs.tgz.
+  per=$(( left / RUNS ))
+  for r in $(seq 1 "$RUNS"); do
+    python3 benchmarks/bench_ops.py --out "$OUT/run$r" --no-results --budget-s $(( per - 30 )) "$@" \
+      > "$OUT/bench$r.log" 2>&1
+    echo "run $r rc=$? at ${SECONDS}s"
+    rm -f "$OUT/run$r/results.md" "$OUT/run$r/bench_ops.png"
+  done
+  python3 benchmarks/median_runs.py "$OUT"/run*/results.json --out "$OUT" 2>&1 | tee "$OUT/bench.log"
+  bench_rc=$?
+  cp benchmarks/RESULTS.md "$OUT/RESULTS.md" 2>/dev/null
+  sed -n '/### Summary/,/### All/p' "$OUT/results.md" 2>/dev/null | head -100
+  bundle_logs env.txt warm_peers.log build_cuda.log bench.log $(cd "$OUT" && ls bench[0-9]*.log 2>/dev/null)
+  exit "$bench_rc"
+fi
 python3 benchmarks/bench_ops.py --out "$OUT" --budget-s "$left" "$@" 2>&1 | tee "$OUT/bench.log"
 bench_rc=$?
 cp benchmarks/RESULTS.md "$OUT/RESULTS.md" 2>/dev/null
