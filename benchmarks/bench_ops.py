@@ -336,6 +336,25 @@ def _ltx_tables(b, s, dim, device, g, pair=False):
     return cos.to(device), sin.to(device)
 
 
+def _flashinfer_ltx_rope(inp, shape, device, pair, hd=128):
+    """FlashInfer's interleaved RoPE as an exact re-expression of LTX's: every (token,
+    128-wide head) is its own "position" whose cos_sin_cache row holds that head's 64
+    angles, [cos | sin] in fp32 (the pair values: no repeat_interleave duplication).
+    Returns rope(q2, k2) for [n, hd] views and n."""
+    b, s, dim = shape
+    n = b * s * (dim // hd)
+    half = (lambda t: t) if pair else (lambda t: t[..., ::2])
+    cache = torch.cat([half(inp["cos"]).reshape(n, hd // 2),
+                       half(inp["sin"]).reshape(n, hd // 2)], dim=-1).contiguous()
+    pos = torch.arange(n, device=device, dtype=torch.int64)
+
+    def rope(fi, q2, k2):
+        qo, ko = fi.apply_rope_with_cos_sin_cache(pos, q2, k2, hd, cache, is_neox=False)
+        return qo.view(shape), ko.view(shape)
+
+    return rope, n
+
+
 def rope_ltx_case(shape, dtype, device, *, qk, pair=False):
     """rope_ltx / rope_ltx_qk; pair=True (qk only): rope_ltx_qk_pair, every implementation
     given the pair tables [B, S, D/2] (ours reads them as they are, eager and compile do
@@ -356,22 +375,11 @@ def rope_ltx_case(shape, dtype, device, *, qk, pair=False):
                     absent("flashinfer", "needs q and k (see rope_ltx_qk)")]
         out = [absent("liger", "no interleaved (GPT-J) RoPE")]
         if env.flashinfer:
-            # Exact re-expression: every (token, 128-wide head) is its own "position" whose
-            # cache row holds that head's 64 angles: [cos | sin], fp32. It reads half the
-            # table bytes ours reads (no repeat_interleave duplication); bytes are modelled
-            # on the problem as given (both full tables), the same for every impl.
-            hd = 128
-            n = b * s * (dim // hd)
-            half = (lambda t: t) if pair else (lambda t: t[..., ::2])
-            cache = torch.cat([half(inp["cos"]).reshape(n, hd // 2),
-                               half(inp["sin"]).reshape(n, hd // 2)], dim=-1).contiguous()
-            pos = torch.arange(n, device=device, dtype=torch.int64)
-            qv, kv = inp["q"].reshape(n, hd), inp["k"].reshape(n, hd)
-
-            def fi():
-                qo, ko = env.flashinfer.apply_rope_with_cos_sin_cache(pos, qv, kv, hd, cache, is_neox=False)
-                return qo.view(shape), ko.view(shape)
-
+            # It reads the pair values (half ours' bytes with full tables); bytes are modelled
+            # on the problem as given, the same for every impl.
+            rope, n = _flashinfer_ltx_rope(inp, shape, device, pair)
+            qv, kv = inp["q"].reshape(n, 128), inp["k"].reshape(n, 128)
+            fi = (lambda: rope(env.flashinfer, qv, kv))
             out.append(Impl("flashinfer", fi, "cos_sin_cache [tokens*heads, 128] fp32, positions arange"))
         else:
             out.append(absent("flashinfer", env.flashinfer_note))
@@ -409,18 +417,13 @@ def qk_prologue_case(shape, dtype, device):
     def peers(inp, env):
         out = [absent("liger", "no fused q/k norm + interleaved RoPE")]
         if env.flashinfer:
-            hd = 128
-            n = b * s * (dim // hd)
-            cache = torch.cat([inp["cos"][..., ::2].reshape(n, hd // 2),
-                               inp["sin"][..., ::2].reshape(n, hd // 2)], dim=-1).contiguous()
-            pos = torch.arange(n, device=device, dtype=torch.int64)
+            rope, n = _flashinfer_ltx_rope(inp, shape, device, pair=False)
             q2, k2 = inp["q"].reshape(-1, dim), inp["k"].reshape(-1, dim)
 
             def fi():
-                nq = env.flashinfer.rmsnorm(q2, inp["qw"], 1e-6).view(n, hd)
-                nk = env.flashinfer.rmsnorm(k2, inp["kw"], 1e-6).view(n, hd)
-                qo, ko = env.flashinfer.apply_rope_with_cos_sin_cache(pos, nq, nk, hd, cache, is_neox=False)
-                return qo.view(shape), ko.view(shape)
+                nq = env.flashinfer.rmsnorm(q2, inp["qw"], 1e-6).view(n, 128)
+                nk = env.flashinfer.rmsnorm(k2, inp["kw"], 1e-6).view(n, 128)
+                return rope(env.flashinfer, nq, nk)
 
             out.append(Impl("flashinfer", fi, "rmsnorm x2 + cos_sin_cache RoPE (three launches)"))
         else:
