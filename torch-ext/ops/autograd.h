@@ -1,5 +1,6 @@
-// Autograd of the forward ops, in C++: each family's ops/<family>_backward.cpp defines a
-// torch::autograd::Function per differentiable op and registers it for the Autograd key.
+// Helpers for the forward ops' autograd in C++ (ops/autograd.cpp: a torch::autograd::Function
+// per differentiable op, registered for the Autograd key; the gradients are the family
+// backward ops of ops/<family>_backward.cpp).
 //
 // Why C++ and not torch.library.register_autograd: a Python autograd kernel runs on every
 // call of the op whose inputs carry the Autograd key, i.e. every call outside
