@@ -85,9 +85,12 @@ def test_graph_recorded_when_an_input_requires_grad(device):
 
 
 @pytest.mark.parametrize("device", DEVICES)
-def test_compiled_autograd_matches_eager(device, monkeypatch):
-    """torch.compile with compiled autograd (torch._dynamo.config.compiled_autograd) takes
-    the C++ Functions' backward (an opaque node per op) and gives eager's grads."""
+def test_compiled_autograd_matches_eager(device):
+    """Compiled autograd (a backward inside a torch.compile'd function with
+    torch._dynamo.config.compiled_autograd) traces through the C++ Functions' backward and
+    gives eager's grads."""
+    from torch._dynamo.utils import counters
+
     x = torch.randn(4, 16, device=device, requires_grad=True)
     w = torch.randn(16, device=device, requires_grad=True)
     cos, sin = torch.randn(4, 8, device=device), torch.randn(4, 8, device=device)
@@ -97,14 +100,21 @@ def test_compiled_autograd_matches_eager(device, monkeypatch):
         q, k = kernel.rope_interleaved_qk(y.view(1, 4, 16), (2 * y).view(1, 4, 16), cos, sin)
         return (q.float() ** 2).sum() + k.sum()
 
+    def train(x, w):
+        step(x, w).backward()
+
     step(x, w).backward()
     want = (x.grad.clone(), w.grad.clone())
     x.grad = w.grad = None
     torch._dynamo.reset()
-    monkeypatch.setattr(torch._dynamo.config, "compiled_autograd", True)
+    counters.clear()
+    # config.patch, not monkeypatch: compiled_autograd is an alias in the config module, and
+    # monkeypatch's restore left every later torch.compile without it (AttributeError).
     try:
-        torch.compile(step)(x, w).backward()
+        with torch._dynamo.config.patch(compiled_autograd=True):
+            torch.compile(train)(x, w)
     finally:
         torch._dynamo.reset()
+    assert counters["compiled_autograd"]["captures"] >= 1, dict(counters["compiled_autograd"])
     torch.testing.assert_close(x.grad, want[0])
     torch.testing.assert_close(w.grad, want[1])
