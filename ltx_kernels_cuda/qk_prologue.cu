@@ -1,15 +1,15 @@
 // Fused q/k RMSNorm + interleaved RoPE on CUDA (the LTX-Video attention prologue; see
 // rmsnorm_rope_qk_launch in torch_binding.h).
 //
-// rmsnorm.cu's pattern for two rows at once: one group of `tpr` threads (a power of two)
-// per token handles that token's q row and k row. Each thread keeps up to kCached
-// vectors of each row in registers, so q and k are read once (longer rows re-read their
-// tail); both sums of squares are reduced with row_sum, then for every vector the
-// thread loads the cos/sin elements once and applies them to q and to k. With tables,
-// tokens are visited position-major (s outer, b inner) so that a stride-0 batch of
-// tables is served from L1/L2 for the second batch entry. The normalised value is
-// rounded to x's dtype before the rotation (eager's op boundary); the rotation uses
-// __fmul_rn/__fsub_rn/__fadd_rn (never fused to FMA) and rounds once.
+// rmsnorm.cu's pattern for two rows at once: one group of `tpr` threads (a power of two) per token
+// handles that token's q row and k row. Each thread keeps up to kCached vectors of each row in
+// registers, so q and k are read once (longer rows re-read their tail); both sums of squares are
+// reduced with row_sum, then for every vector the thread loads the cos/sin elements once and
+// applies them to q and to k (tables of one value per channel or per pair: common/rope_tables.cuh).
+// With tables, tokens are visited position-major (s outer, b inner) so that a stride-0 batch of
+// tables is served from L1/L2 for the second batch entry. The normalised value is rounded to x's
+// dtype before the rotation (eager's op boundary); the rotation uses __fmul_rn/__fsub_rn/__fadd_rn
+// (never fused to FMA) and rounds once.
 #include <algorithm>
 #include <type_traits>
 
@@ -273,7 +273,7 @@ void rmsnorm_rope_qk_launch(const at::Tensor& q_out2d, const at::Tensor& q2d,
   const int64_t nvec = p.cols / vec;
   const int tpr_wanted = std::min(kMaxBlock, pow2_ceil(ceil_div(nvec, kTargetPerThread)));
   const int64_t max_blocks = static_cast<int64_t>(sm_count(q2d.device().index())) * 64;
-  auto launch1 = [&](auto kernel) {
+  auto launch_kernel = [&](auto kernel) {
     cudaFuncAttributes attr;
     C10_CUDA_CHECK(cudaFuncGetAttributes(&attr, kernel));
     p.tpr = tpr_wanted;
@@ -286,7 +286,7 @@ void rmsnorm_rope_qk_launch(const at::Tensor& q_out2d, const at::Tensor& q2d,
   };
   // The instantiation for this call's table kind (norm-only calls take the full one).
   auto launch = [&](auto full, auto pair) {
-    return tables == kPairTables ? launch1(pair) : launch1(full);
+    return tables == kPairTables ? launch_kernel(pair) : launch_kernel(full);
   };
 
   dispatch_float(x_dtype, [&](auto xt) {
@@ -312,7 +312,7 @@ void rmsnorm_rope_qk_launch(const at::Tensor& q_out2d, const at::Tensor& q2d,
             return launch(rmsnorm_rope_qk_kernel<T, Tw, 2, false, kFullTables>,
                           rmsnorm_rope_qk_kernel<T, Tw, 2, false, kPairTables>);
           default:  // odd D: norm only
-            return launch1(rmsnorm_rope_qk_kernel<T, Tw, 1, false, kFullTables>);
+            return launch_kernel(rmsnorm_rope_qk_kernel<T, Tw, 1, false, kFullTables>);
         }
         TORCH_CHECK(false, "ltx_kernels.rmsnorm_rope_qk: internal error: vector width ", vec);
       } else {

@@ -1,14 +1,13 @@
 // Rotary embeddings on CUDA (both layouts; see rope_launch in torch_binding.h).
 //
-// Work split: one group of lanes x slots threads per token (b, s). The rotation pairs
-// of a row are cut into units of U consecutive elements (16-byte accesses for the
-// inputs on the fast path; fp32 tables take two 16-byte accesses per unit of 8). Each
-// lane loads the cos/sin units it owns once per token and applies them to every head of
-// both tensors, the heads being spread over the slots; so the tables are read from
-// memory once per token whatever the number of heads. Tokens are visited
-// position-major (s outer, b inner): with a stride-0 batch of tables neighbouring
-// groups read the same table row, which L1/L2 serve. All offsets are int64, the token
-// loop is grid-stride, products and sums use __fmul_rn/__fadd_rn (never fused to FMA),
+// Work split: one group of lanes x slots threads per token (b, s). The rotation pairs of a row are
+// cut into units of U consecutive elements (16-byte accesses for the inputs on the fast path; fp32
+// tables take two 16-byte accesses per unit of 8). Each lane loads the cos/sin units it owns once
+// per token (interleaved pair tables: half a unit) and applies them to every head of both tensors,
+// the heads being spread over the slots; so the tables are read from memory once per token whatever
+// the number of heads. Tokens are visited position-major (s outer, b inner): with a stride-0 batch
+// of tables neighbouring groups read the same table row, which L1/L2 serve. All offsets are int64,
+// the token loop is grid-stride, products and sums use __fmul_rn/__fadd_rn (never fused to FMA),
 // exactly as eager PyTorch evaluates them. kInverse applies the transposed rotation
 // (the backward, rope_backward.h): dx_a = g_a c_a + g_b s_b, dx_b = g_b c_b - g_a s_a,
 // always in fp32 with one rounding.
