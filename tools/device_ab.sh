@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One short call on the GPU machine (device tool, carry .whl/) to judge a kernel candidate:
 # build the CUDA variant for the local GPU, run the tests that name the candidates first
-# (LTX_AB_FIRST, a pytest -k expression), then benchmarks/ab_kernels.py for each op of
+# (LTX_AB_FIRST, a pytest -k expression), benchmarks/host_overhead.py, then
+# benchmarks/ab_kernels.py for each op of
 # LTX_AB_OPS (every variant checked against eager, then timed with its peers in one
 # process, clean cold-L2 flush), then the wider tests (LTX_AB_TESTS) with whatever time is
 # left of LTX_AB_LIMIT seconds. Each stage has its own timeout so earlier results come back.
@@ -30,6 +31,10 @@ pytest_stage() {  # pytest_stage NAME SECONDS -k-EXPRESSION
 }
 
 pytest_stage pytest_first 90 "$FIRST"
+
+# Host time per call of every op on this machine's CPU + GPU (the small-shape eager rows).
+timeout 60 python3 benchmarks/host_overhead.py --device cuda --calls 5000 > "$OUT/host_overhead.txt" 2>&1
+echo "host_overhead rc=$? at ${SECONDS}s"; tail -14 "$OUT/host_overhead.txt"
 
 OPS=${LTX_AB_OPS:-adaln,rmsnorm,rmsnorm_small,act,rope}
 ops=(${OPS//,/ })
