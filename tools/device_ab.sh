@@ -53,3 +53,5 @@ for i in "${!ops[@]}"; do
 done
 
 pytest_stage pytest_rest $(( LIMIT - SECONDS )) "(${LTX_AB_TESTS:-adaln or rmsnorm or gelu or geglu or rope}) and not ($FIRST)"
+# The device tool brings back at most 8 files: logs go back as one archive, the A/B tables as is.
+bundle_logs env.txt build_cuda.log pytest_first.log pytest_rest.log host_overhead.txt
