@@ -71,4 +71,6 @@ if [ $((BUDGET - SECONDS)) -gt 60 ]; then
 fi
 echo "--- summary (full tables in \$OUT/results.md) at ${SECONDS}s"
 sed -n '/### Summary/,/### All/p' "$OUT/results.md" 2>/dev/null | head -100
+# At most 8 files come back: the logs as one archive.
+bundle_logs env.txt build_cuda.log warm_peers.log bench.log kernels_benchmark.log
 exit "$bench_rc"
