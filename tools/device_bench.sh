@@ -12,9 +12,9 @@
 # 560) is the whole script's target in seconds.
 # LTX_BENCH_RUNS=3: three runs in the call's time and their medians (benchmarks/median_runs.py),
 # e.g. LTX_BENCH_RUNS=3 bash tools/device_bench.sh --quick --dtype bf16 --ops rmsnorm,adaln.
-# $OUT afterwards: env.txt, build_cuda.log, warm_peers.log, bench.log, results.md (the
-# dated section), results.json, bench_ops.png, RESULTS.md (benchmarks/RESULTS.md with the
-# section prepended: copy it into the repo), kernels_benchmark.log when time was left.
+# $OUT afterwards: results.md (the dated section), results.json, bench_ops.png, RESULTS.md
+# (benchmarks/RESULTS.md with the section prepended: copy it into the repo), and logs.tgz
+# (env.txt, build_cuda.log, warm_peers.log, bench.log, kernels_benchmark.log when time was left).
 set -uo pipefail
 source "$(dirname "$0")/device_common.sh"
 export FLASHINFER_USE_CUDA_NORM=1   # FlashInfer's CUDA JIT norm (no cutlass-dsl carried)
