@@ -98,3 +98,14 @@ def test_median_runs_merges_smoke_runs(tmp_path):
                         and r["dtype"] == r0["dtype"]) for run in per_run)
     assert m0["us"] == times[1]
     assert "median of 3 runs" in (tmp_path / "med" / "results.md").read_text()
+
+
+def test_host_overhead_script_runs(capsys):
+    """benchmarks/host_overhead.py cannot rot: a few calls of every op on the loaded variant."""
+    ho = _load("ltx_host_overhead", REPO / "benchmarks" / "host_overhead.py")
+    device = "cuda" if BACKEND == "cuda" and torch.cuda.is_available() else "cpu"
+    assert ho.main(["--device", device, "--calls", "20", "--rounds", "1"]) == 0
+    table = capsys.readouterr().out
+    for op in ("rmsnorm", "gelu_tanh", "geglu", "rope_interleaved", "rope_rotate_half", "adaln",
+               "gated_residual", "rmsnorm_rope_qk"):
+        assert f"| {op} |" in table, table
