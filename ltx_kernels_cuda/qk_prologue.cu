@@ -261,7 +261,7 @@ void rmsnorm_rope_qk_launch(const at::Tensor& q_out2d, const at::Tensor& q2d,
                                     {p.out[1], xe, p.out_stride[1]},
                                     {w_any, we, 0},
                                     {p.w[1] ? p.w[1] : w_any, we, 0}});
-  const int tables = !rope ? kNoTables : (cos.size(2) * 2 == p.cols ? kPairTables : kFullTables);
+  const int tables = table_kind(cos, p.cols);
   if (vec >= 4 && rope &&
       !tables_vectorizable(tables, vec, p.cos, p.sin, {p.cos_b, p.cos_s, p.sin_b, p.sin_s})) {
     vec = 2;

@@ -185,7 +185,7 @@ void rmsnorm_rope_qk_backward_launch(const at::Tensor& dq2d, const at::Tensor& g
                                     {p.g[0], ge, p.g_stride[0]}, {p.g[1], ge, p.g_stride[1]},
                                     {p.dx[0], xe, p.dx_stride[0]}, {p.dx[1], xe, p.dx_stride[1]},
                                     {w_any, we, 0}, {p.w[1] ? p.w[1] : w_any, we, 0}});
-  const int tables = !rope ? kNoTables : (cos.size(2) * 2 == p.cols ? kPairTables : kFullTables);
+  const int tables = table_kind(cos, p.cols);
   if (vec >= 4 && rope &&
       !tables_vectorizable(tables, vec, p.cos, p.sin, {p.cos_b, p.cos_s, p.sin_b, p.sin_s})) {
     vec = 2;

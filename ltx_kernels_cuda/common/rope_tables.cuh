@@ -6,6 +6,8 @@
 // 2i and 2i+1), which moves half the table bytes for the same rotation.
 #pragma once
 
+#include <ATen/core/Tensor.h>
+
 #include "vec.cuh"
 
 namespace ltx::cuda {
@@ -43,6 +45,12 @@ __device__ __forceinline__ void load_table(const float* row, int j, float* out) 
   }
 #pragma unroll
   for (int k = 0; k < N; ++k) out[k] = v[kTab == kPairTables ? k / 2 : k];
+}
+
+// A call's table kind from its [B, S, R] table view (undefined: no tables) and row width.
+inline int table_kind(const at::Tensor& cos, int64_t cols) {
+  if (!cos.defined()) return kNoTables;
+  return cos.size(2) * 2 == cols ? kPairTables : kFullTables;
 }
 
 // Whether tables of this kind can be read with vector accesses for vectors of `vec`

@@ -124,7 +124,7 @@ struct GegluFn : Function<GegluFn> {
     static const auto bwd = op<decltype(geglu_backward)>("geglu_backward");
     variable_list out(3);
     if (!grads[0].defined()) return out;
-    const std::string approximate = ctx->saved_data["approximate"].toStringRef();
+    const std::string& approximate = ctx->saved_data["approximate"].toStringRef();
     out[0] = bwd.call(grads[0], ctx->get_saved_variables()[0], approximate,
                       ctx->saved_data["gate_first"].toBool());
     return out;
