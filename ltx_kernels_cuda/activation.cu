@@ -9,8 +9,8 @@
 // all of its loads (U per operand) before any math. Contiguous inputs run as a single long
 // row (with a scalar tail), one tile per block.
 //
-// A candidate for large bf16 / fp16 calls, run only when asked (LTX_KERNELS_GELU_TABLE=1):
-// act_table_kernel, GELU of every 16-bit value from a 128 KB table in shared memory.
+// Large bf16 / fp16 GELU calls (not the gated ones) take act_table_kernel instead: GELU of
+// every 16-bit value from a 128 KB table in shared memory.
 //
 // Numerics: fp32 with ATen's CUDA expressions (ActivationGeluKernel.cu), so the
 // result is bit-identical to F.gelu in every dtype. The gated form rounds the GELU
@@ -187,20 +187,21 @@ inline int row_block(ActParams& p, int U, int max_block) {
   return (max_block / p.tpr) * p.tpr;
 }
 
-// ---- lookup-table path (bf16 / fp16) ---------------------------------------------------
+// ---- lookup-table path (bf16 / fp16 GELU) ----------------------------------------------
 //
 // A 16-bit dtype has 65536 values, so GELU of every one of them fits a 128 KB table,
 // built on the GPU by act<T, K, false> itself: the table path is bit-identical to the
 // computed one, and so to F.gelu, by construction (tests/test_activation.py checks every
 // bit pattern). act_table_kernel copies the table into shared memory once per persistent
 // block and replaces the ~16-25 instructions of tanhf / erff per element by one 16-bit
-// shared-memory load, to turn an issue-bound kernel (act_kernel and inductor's: 84-89% of
-// issue slots, 61-67% of DRAM, 2026-12-04 ncu) into a memory-bound one. What may limit it
-// instead: random table indices meet ~3.5-way bank conflicts, about 85% of an SM's
-// shared-memory bandwidth at the copy rate for gelu (one lookup per 4 bytes moved), 30%
-// for geglu (one per 6 bytes); and one 1024-thread block per SM (the table takes 128 KB
-// of shared memory), so U vectors per thread keep 64 KB per SM in flight.
-// A candidate until a device call has run it (LTX_KERNELS_GELU_TABLE=1 asks for it).
+// shared-memory load, turning an issue-bound kernel (act_kernel and inductor's: 84-89% of
+// issue slots, 61-67% of DRAM, 2026-12-04 ncu) into a memory-bound one. Random table
+// indices meet ~3.5-way bank conflicts; one 1024-thread block per SM (the table takes
+// 128 KB of shared memory), so U vectors per thread keep 64 KB per SM in flight.
+// Measured (H200 bf16 [2, 8064, 8192], 2026-12-05, benchmarks/ab_kernels.py): tanh 150.0 ->
+// 139.7 µs, erf 168.5 -> 138.4 µs. GEGLU keeps act_kernel: its table form was 1-2% slower
+// (one lookup per 6 bytes moved instead of 4, so the bank conflicts show).
+// LTX_KERNELS_GELU_TABLE=0 (read per call: a developer's A/B switch) turns the table off.
 constexpr int kTableEntries = 1 << 16;
 constexpr size_t kTableBytes = kTableEntries * sizeof(uint16_t);
 constexpr int kTableBlock = 1024;
@@ -238,16 +239,15 @@ struct TableGrid {
   int64_t tiles;
 };
 
-template <typename T, bool kGated>
+template <typename T>
 __global__ void __launch_bounds__(kTableBlock, 1)
     act_table_kernel(ActParams p, const uint16_t* table, TableGrid tg) {
   static_assert(sizeof(T) == 2, "16-bit dtypes");
   constexpr int N = 8;
-  constexpr int U = kUnroll<kGated>;
+  constexpr int U = kUnroll<false>;
   using V = Vec<T, N>;
   extern __shared__ __align__(16) uint16_t tab[];
-  const T* gate = static_cast<const T*>(p.gate);
-  const T* value = static_cast<const T*>(p.value);
+  const T* x = static_cast<const T*>(p.gate);
   T* out = static_cast<T*>(p.out);
   const int lane = static_cast<int>(threadIdx.x) % p.tpr;
   const int sub = static_cast<int>(threadIdx.x) / p.tpr;
@@ -268,18 +268,14 @@ __global__ void __launch_bounds__(kTableBlock, 1)
     const int64_t j0 = ct * U * p.tpr + lane;
     const int64_t row = rg * groups + sub;
     const bool active = row < p.rows;
-    const int64_t gi = (active ? row : 0) * p.in_stride + j0 * N;
+    const int64_t xi = (active ? row : 0) * p.in_stride + j0 * N;
     const int64_t oi = (active ? row : 0) * p.out_stride + j0 * N;
     bool live[U];
-    V gv[U];
-    [[maybe_unused]] V vv[kGated ? U : 1];
+    V xv[U];
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       live[u] = active && j0 + static_cast<int64_t>(u) * p.tpr < p.nvec;
-      if (live[u]) {
-        gv[u] = V::load(gate + gi + u * du);
-        if constexpr (kGated) vv[u] = V::load(value + gi + u * du);
-      }
+      if (live[u]) xv[u] = V::load(x + xi + u * du);
     }
     if (!have_table) {  // the first tile's loads are in flight meanwhile
       const uint4* src = reinterpret_cast<const uint4*>(table);
@@ -293,26 +289,16 @@ __global__ void __launch_bounds__(kTableBlock, 1)
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       if (!live[u]) continue;
-      if constexpr (kGated) {
-        float r[N];
+      V o;
 #pragma unroll
-        for (int k = 0; k < N; ++k) {
-          r[k] = to_float(vv[u].v[k]) * to_float(from_bits<T>(tab[bits_of(gv[u].v[k])]));
-        }
-        pack_from_float<T, N>(r).store(out + oi + u * du);
-      } else {
-        V o;
-#pragma unroll
-        for (int k = 0; k < N; ++k) o.v[k] = from_bits<T>(tab[bits_of(gv[u].v[k])]);
-        o.store(out + oi + u * du);
-      }
+      for (int k = 0; k < N; ++k) o.v[k] = from_bits<T>(tab[bits_of(xv[u].v[k])]);
+      o.store(out + oi + u * du);
     }
   }
   // The single-row tail (elements after the last whole vector): block 0, which had a tile.
   if (blockIdx.x == 0 && static_cast<int>(threadIdx.x) < p.tail) {
     const int64_t c = p.nvec * N + threadIdx.x;
-    const T g = from_bits<T>(tab[bits_of(gate[c])]);
-    out[c] = kGated ? from_float<T>(to_float(value[c]) * to_float(g)) : g;
+    out[c] = from_bits<T>(tab[bits_of(x[c])]);
   }
 }
 
@@ -345,35 +331,33 @@ const uint16_t* gelu_table(int device, cudaStream_t stream) {
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   // Later calls may come on other streams: the table must be complete before any of them.
   C10_CUDA_CHECK(cudaStreamSynchronize(stream));
-  for (auto kernel : {act_table_kernel<T, false>, act_table_kernel<T, true>}) {
-    C10_CUDA_CHECK(cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel),
-                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        static_cast<int>(kTableBytes)));
-  }
+  C10_CUDA_CHECK(cudaFuncSetAttribute(reinterpret_cast<const void*>(act_table_kernel<T>),
+                                      cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      static_cast<int>(kTableBytes)));
   built[device] = table;
   state[device] = 1;
   return table;
 }
 
-// Launches act_table_kernel when the call suits it (16-bit dtype, 16-byte vectors, at least
-// kTableMinElements, LTX_KERNELS_GELU_TABLE=1 while it is a candidate); false otherwise.
+// Launches act_table_kernel when the call suits it (GELU, not gated, of a 16-bit dtype,
+// 16-byte vectors, at least kTableMinElements, the table not switched off); false otherwise.
 template <typename T, bool kGated>
 bool launch_act_table(ActParams p, int vec, GeluKind kind, int device, cudaStream_t stream) {
-  if constexpr (sizeof(T) != 2) {
+  if constexpr (sizeof(T) != 2 || kGated) {
     return false;
   } else {
     if (vec != 8 || p.rows * p.nvec * 8 < kTableMinElements) return false;
-    if (ab_switch("LTX_KERNELS_GELU_TABLE") != "1") return false;
+    if (ab_switch("LTX_KERNELS_GELU_TABLE") == "0") return false;
     const uint16_t* table = kind == GeluKind::kTanh ? gelu_table<T, GeluKind::kTanh>(device, stream)
                                                     : gelu_table<T, GeluKind::kErf>(device, stream);
     if (table == nullptr) return false;
-    constexpr int U = kUnroll<kGated>;
+    constexpr int U = kUnroll<false>;
     const int block = row_block(p, U, kTableBlock);
     const int64_t groups = block / p.tpr;
     TableGrid tg{};
     tg.col_tiles = ceil_div(p.nvec, static_cast<int64_t>(U) * p.tpr);
     tg.tiles = ceil_div(p.rows, groups) * tg.col_tiles;
-    const auto kernel = act_table_kernel<T, kGated>;
+    const auto kernel = act_table_kernel<T>;
     const int per_sm = resident_blocks(reinterpret_cast<const void*>(kernel), block, kTableBytes, device);
     const auto grid = static_cast<unsigned>(
         std::min<int64_t>(tg.tiles, static_cast<int64_t>(sm_count(device)) * per_sm));
@@ -397,7 +381,7 @@ void launch(ActParams p, int64_t rows, int64_t cols, int vec, const at::Tensor& 
   p.tail = static_cast<int>(cols - p.nvec * vec);
   TORCH_CHECK(p.tail == 0 || rows == 1, "ltx_kernels.", op, ": internal error: tail on ", rows,
               " rows");
-  // 16-bit dtypes, large calls: the lookup-table kernel where it runs (a candidate).
+  // 16-bit GELU, large calls: the lookup-table kernel where it runs.
   bool done = false;
   dispatch_float(like.scalar_type(), [&](auto tag) {
     using T = typename decltype(tag)::type;

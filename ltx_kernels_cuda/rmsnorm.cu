@@ -143,9 +143,8 @@ __global__ void rms_norm_kernel(RmsNormParams p) {
 // rows of 8-16 vectors: more rows per block). Registers are capped so that 4 (C = 4) or
 // 6 (C = 2) blocks of 256 threads fit an SM: 64 KB of x in flight per SM either way.
 // No loop over the rest of a row and no run-time rounding kind, unlike rms_norm_kernel.
-// Rows are walked grid-stride, or in balanced chunks (common/row_order.cuh: a candidate,
-// asked for with LTX_KERNELS_ROW_ORDER=chunk until it is timed). Grids of at most one
-// block per SM load the weight with x (kEarlyW: a latency chain, not a bandwidth stream).
+// Rows are walked grid-stride (common/row_order.cuh). Grids of at most one block per SM
+// load the weight with x (kEarlyW: a latency chain, not a bandwidth stream).
 //
 // Measured against the alternatives in one process (benchmarks/ab_kernels.py, H200,
 // 2026-12-04, RESULTS.md): rms_norm_kernel (C = 4, 79 registers, 3 blocks per SM) and
@@ -171,7 +170,7 @@ constexpr int kDirectMinBlocks = C >= 4 ? 4 : 6;
 // costs C more 16-byte registers, so those instantiations are not capped for occupancy.
 template <typename T, int kMid, int C, bool kEarlyW>
 __global__ void __launch_bounds__(kBlock, kEarlyW ? 1 : kDirectMinBlocks<C>)
-    rms_norm_direct_kernel(RmsNormParams p, int64_t chunk) {
+    rms_norm_direct_kernel(RmsNormParams p) {
   constexpr int N = 16 / static_cast<int>(sizeof(T));
   constexpr Round kM = static_cast<Round>(kMid);
   // round(x * inv) to T, then a product in T rounded once: one packed multiply per pair
@@ -187,7 +186,7 @@ __global__ void __launch_bounds__(kBlock, kEarlyW ? 1 : kDirectMinBlocks<C>)
   const int groups = blockDim.x / p.tpr;
   const float inv_cols = 1.0f / static_cast<float>(p.cols);
   // Every thread runs the same number of iterations: row_sum needs all of them.
-  const BlockRows br = block_rows(p.rows, chunk, groups);
+  const BlockRows br = block_rows(p.rows, groups);
   for (int64_t base = br.begin; base < br.end; base += br.step) {
     const int64_t row = base + threadIdx.x / p.tpr;
     const bool active = row < br.end;
@@ -242,9 +241,9 @@ bool launch_rms_norm_direct(RmsNormParams p, int vec, int device, cudaStream_t s
   p.tpr = pow2_ceil(ceil_div(nvec, cache));
   const int64_t groups = kBlock / p.tpr;
   // The weight early when every block has one row group and there are at most as many
-  // blocks as SMs. LTX_KERNELS_RMS_EARLY_W=0 turns it off (A/B: benchmarks/ab_kernels.py).
-  const bool early_w = p.w != nullptr && ceil_div(p.rows, groups) <= sm_count(device) &&
-                       ab_switch("LTX_KERNELS_RMS_EARLY_W") != "0";
+  // blocks as SMs (H200, CUDA-graph replay, 2026-12-05: 0.3-0.6 µs faster than loading it
+  // after the reduction at every decode shape timed; RESULTS.md).
+  const bool early_w = p.w != nullptr && ceil_div(p.rows, groups) <= sm_count(device);
   auto go = [&](auto kernel) { launch_rows(kernel, p, kBlock, groups, device, stream); };
   if (cache == 4) {
     early_w ? go(rms_norm_direct_kernel<T, kMid, 4, true>) : go(rms_norm_direct_kernel<T, kMid, 4, false>);

@@ -115,15 +115,17 @@ __device__ __forceinline__ void rotate_pair(float& xa, float& xb, float ca, floa
   }
 }
 
-// kPacked (a candidate, rotate-half forward only, Tx = Tc a half dtype, U = 8: the Llama
-// call with cos/sin in the model's dtype): the rotation as packed pair ops on whole 16-byte
+// kPacked (rotate-half forward only, Tx = Tc a half dtype, U = 8: the Llama call with
+// cos/sin in the model's dtype): the rotation as packed pair ops on whole 16-byte
 // vectors, x_a c_a - x_b s_a and x_b c_b + x_a s_b with each product and the sum rounded
 // once to T (mul_rn / sub_rn / add_rn, common/vec.cuh: equal to the step-rounded fp32 form),
 // no fp32 values held. Why: that instantiation holds the four table units and both heads'
 // values as floats, 126 registers on sm_90, so 2 blocks of 256 per SM and ~32 KB in flight
 // per SM (rope_llama bf16 at 67% of copy, 2026-12-04). The packed form fits 4 blocks per SM
 // (sm_90: 60 registers), except on sm_75, whose bf16 pair ops are emulated through fp32 and
-// spill under that cap.
+// spill under that cap. Measured (H200 bf16, 2026-12-05, benchmarks/ab_kernels.py):
+// 16-19% faster than the fp32 form at every rope_llama shape (q 32 x 8192 x 128, k 8
+// heads: 56.3 -> 45.6 µs).
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
 constexpr int kPackedMinBlocks = 2;
 #else
@@ -432,13 +434,7 @@ void rope_rotate_launch(const at::Tensor& out0, const at::Tensor& in0, const at:
                 }
               } else if constexpr (!kInv && U == 8 && std::is_same_v<Tc, Tx> &&
                                    !std::is_same_v<Tx, float>) {
-                // LTX_KERNELS_ROPE_PACKED=1 (read per call: an A/B switch) asks for the
-                // packed candidate (see rope_kernel).
-                if (ab_switch("LTX_KERNELS_ROPE_PACKED") == "1") {
-                  rope_kernel<Tx, Tc, U, false, false, true><<<grid, kBlock, 0, stream>>>(p);
-                } else {
-                  rope_kernel<Tx, Tc, U, false, false><<<grid, kBlock, 0, stream>>>(p);
-                }
+                rope_kernel<Tx, Tc, U, false, false, true><<<grid, kBlock, 0, stream>>>(p);
                 C10_CUDA_KERNEL_LAUNCH_CHECK();
               } else {
                 rope_kernel<Tx, Tc, U, false, kInv><<<grid, kBlock, 0, stream>>>(p);

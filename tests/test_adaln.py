@@ -374,11 +374,10 @@ def test_broadcast_many_rows(shape, dtype, form):
         check(kernel.adaln(x, s32, h32), s32, h32)
 
 
-# adaln_direct_kernel (one half dtype, no weight, 16-byte vectors, D <= 8192), a candidate
-# that runs only when the developer switch LTX_KERNELS_ADALN_KERNEL (read per call) asks
-# for it: "direct" (the modulation loaded with x for per-token rows, after the reduction
-# for broadcast ones), or "early" / "late" to force either. Every choice and the default
-# on every shape: thousands of rows (grid-stride loop), per-token and
+# adaln_direct_kernel (one half dtype, no weight, 16-byte vectors, D <= 8192), the default
+# for those calls (the modulation loaded with x for per-token rows, after the reduction
+# for broadcast ones), and the kernels that take every other call, asked for with the
+# developer switch LTX_KERNELS_ADALN_KERNEL=row (read per call). Both on every shape: thousands of rows (grid-stride loop), per-token and
 # broadcast modulation, no shift, a width that leaves threads idle in the last vector
 # (5120), the widest it takes (8192), short rows (many rows per block), LayerNorm, and
 # rows enough for its grid-stride loop on an H200 (D = 8: 256 rows per block, 132 * 64 blocks).
@@ -389,11 +388,7 @@ DIRECT_SHAPES = [((2, 4099, 2048), "btd"), ((2, 4099, 2048), "b1d"), ((3, 777, 5
 
 DIRECT_CHOICES = {
     "default": {},
-    "direct": {"LTX_KERNELS_ADALN_KERNEL": "direct"},
-    "early": {"LTX_KERNELS_ADALN_KERNEL": "early"},
-    "late": {"LTX_KERNELS_ADALN_KERNEL": "late"},
-    # balanced row chunks instead of grid-stride (common/row_order.cuh)
-    "direct_chunk": {"LTX_KERNELS_ADALN_KERNEL": "direct", "LTX_KERNELS_ROW_ORDER": "chunk"},
+    "row": {"LTX_KERNELS_ADALN_KERNEL": "row"},
 }
 
 

@@ -365,11 +365,10 @@ def test_rotate_half_matches_llama(device, dtype, u, head_dim):
 @pytest.mark.parametrize("dtype", HALF_DTYPES)
 @pytest.mark.parametrize("u", [1, 2])
 @pytest.mark.parametrize("head_dim,pct", [(128, 1.0), (64, 1.0), (64, 0.5), (80, 0.4)])
-def test_rotate_half_packed_candidate(monkeypatch, dtype, u, head_dim, pct):
-    """The packed rotate-half form (LTX_KERNELS_ROPE_PACKED=1, a candidate: rope_kernel's
-    kPacked), taken by half x with tables of its dtype on 16-byte units: bit-exact vs
-    Llama / GPT-NeoX eager, GQA, partial rotary, both layouts, in place, many tokens."""
-    monkeypatch.setenv("LTX_KERNELS_ROPE_PACKED", "1")
+def test_rotate_half_packed_form(dtype, u, head_dim, pct):
+    """The packed rotate-half form (rope_kernel's kPacked), taken by half x with tables of
+    its dtype on 16-byte units: bit-exact vs Llama / GPT-NeoX eager, GQA, partial rotary,
+    both layouts, in place, many tokens."""
     b, s, hq, hk = 2, 1031, 8, 2
     if pct == 1.0:
         cos, sin = llama_tables(head_dim, b, s, dtype, device="cuda", offset=5)

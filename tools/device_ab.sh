@@ -10,11 +10,12 @@
 #   too), LTX_AB_ROUNDS (3), LTX_AB_S (per op at most, 100; each op gets an equal share of the
 #   time left, and one with under 30 s is skipped with a note),
 #   LTX_AB_FIRST (default: the -k expression of the candidates' tests, FIRST below),
+#   LTX_AB_FIRST_S (its time limit, 150), LTX_AB_HOST (0: skip host_overhead.py),
 #   LTX_AB_TESTS (default "adaln or rmsnorm or gelu or geglu or rope"), LTX_AB_LIMIT (default 540)
 set -uo pipefail
 source "$(dirname "$0")/device_common.sh"
 LIMIT=${LTX_AB_LIMIT:-540}
-FIRST=${LTX_AB_FIRST:-direct_kernel or chunked_rows or weight_early or table_path or packed_candidate or pair_tables or no_python_below or graph_recorded}
+FIRST=${LTX_AB_FIRST:-direct_kernel or weight_early or table_path or packed_form or pair_tables or no_python_below or graph_recorded}
 device_env | tee "$OUT/env.txt"
 export LTX_ARCH=${LTX_ARCH:-native}
 python3 tools/build.py --backend cuda --arch "$LTX_ARCH" -j 14 > "$OUT/build_cuda.log" 2>&1 \
@@ -30,11 +31,13 @@ pytest_stage() {  # pytest_stage NAME SECONDS -k-EXPRESSION
   grep -E "^(FAILED|ERROR)" "$OUT/$name.log" | head -20
 }
 
-pytest_stage pytest_first 90 "$FIRST"
+pytest_stage pytest_first "${LTX_AB_FIRST_S:-150}" "$FIRST"
 
 # Host time per call of every op on this machine's CPU + GPU (the small-shape eager rows).
-timeout 60 python3 benchmarks/host_overhead.py --device cuda --calls 5000 > "$OUT/host_overhead.txt" 2>&1
-echo "host_overhead rc=$? at ${SECONDS}s"; tail -14 "$OUT/host_overhead.txt"
+if [ "${LTX_AB_HOST:-1}" != 0 ]; then
+  timeout 60 python3 benchmarks/host_overhead.py --device cuda --calls 5000 > "$OUT/host_overhead.txt" 2>&1
+  echo "host_overhead rc=$? at ${SECONDS}s"; tail -14 "$OUT/host_overhead.txt"
+fi
 
 OPS=${LTX_AB_OPS:-adaln,rmsnorm,rmsnorm_small,act,rope}
 ops=(${OPS//,/ })
