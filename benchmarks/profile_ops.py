@@ -27,6 +27,11 @@ def main():
     args = ap.parse_args()
     k = bench_ops.load_kernel("cuda")
     dev = "cuda"
+    if "rmsnorm_small" in args.ops.split(","):
+        launch_rmsnorm_small(k, args)
+        args.ops = ",".join(o for o in args.ops.split(",") if o != "rmsnorm_small")
+        if not args.ops:
+            return
     for dt_name in args.dtypes.split(","):
         dt = getattr(torch, dt_name)
         x = torch.randn(2, 8064, 2048, device=dev, dtype=dt)
@@ -58,6 +63,29 @@ def main():
                     fn(x, b, shift if op == "adaln" else scale)
             torch.cuda.synchronize()
             print(f"launched {op} {dt_name}", flush=True)
+
+
+def launch_rmsnorm_small(k, args):
+    """Decode-sized rmsnorm rows (Llama D = 4096, 1 and 16 rows; per-head 32 x 128): ours,
+    Liger's and (with --compile) inductor's kernel, to compare instruction counts and
+    durations of kernels whose graph-replay times differ by ~0.5 µs (RESULTS.md 2026-12-05)."""
+    liger, _ = bench_ops.import_liger()
+    liger_rms = (liger or {}).get("rms_norm")
+    for dt_name in args.dtypes.split(","):
+        dt = getattr(torch, dt_name)
+        for shape in ((1, 4096), (16, 4096), (1, 32, 128)):
+            x = torch.randn(*shape, device="cuda", dtype=dt)
+            w = torch.randn(shape[-1], device="cuda", dtype=dt)
+            fns = [lambda: k.rmsnorm(x, w, 1e-6, semantics="llama")]
+            if liger_rms is not None:
+                fns.append(lambda: liger_rms(x, w, 1e-6, 0.0, "llama", False))
+            if args.compile:
+                fns.append(torch.compile(lambda: bench_ops.ref_rms_llama(x, w, 1e-6), dynamic=False))
+            for fn in fns:
+                for _ in range(2):
+                    fn()
+            torch.cuda.synchronize()
+            print(f"launched rmsnorm_small {shape} {dt_name}", flush=True)
 
 
 if __name__ == "__main__":
