@@ -10,6 +10,8 @@
 # our CUDA variant builds, and bench_ops.py gets a --budget-s that stops it starting new
 # cases in time to write its tables (cases not run are listed). LTX_BENCH_BUDGET (default
 # 560) is the whole script's target in seconds.
+# LTX_BENCH_TESTS (a pytest -k expression): those GPU tests first, after the build, within
+# LTX_BENCH_TESTS_S seconds (default 150), log in logs.tgz (tests.log); the bench gets the rest.
 # LTX_BENCH_RUNS=3: three runs in the call's time and their medians (benchmarks/median_runs.py),
 # e.g. LTX_BENCH_RUNS=3 bash tools/device_bench.sh --quick --dtype bf16 --ops rmsnorm,adaln.
 # $OUT afterwards: results.md (the dated section), results.json, bench_ops.png, RESULTS.md
@@ -36,6 +38,14 @@ if [ "$build_rc" -ne 0 ]; then
   exit 1
 fi
 
+if [ -n "${LTX_BENCH_TESTS:-}" ]; then
+  timeout "${LTX_BENCH_TESTS_S:-150}" bash tools/dev.sh test -q -rfE --maxfail=20 -k "$LTX_BENCH_TESTS" \
+    > "$OUT/tests.log" 2>&1
+  echo "tests rc=$? at ${SECONDS}s"
+  grep -E "passed|failed|error" "$OUT/tests.log" | tail -3
+  grep -E "^(FAILED|ERROR)" "$OUT/tests.log" | head -20
+fi
+
 left=$((BUDGET - SECONDS - 45))   # 45 s for the last case, tables, plot, copies
 [ "$left" -lt 60 ] && left=60
 set -o pipefail
@@ -55,7 +65,7 @@ if [ "$RUNS" -gt 1 ]; then
   bench_rc=$?
   cp benchmarks/RESULTS.md "$OUT/RESULTS.md" 2>/dev/null
   sed -n '/### Summary/,/### All/p' "$OUT/results.md" 2>/dev/null | head -100
-  bundle_logs env.txt warm_peers.log build_cuda.log bench.log $(cd "$OUT" && ls bench[0-9]*.log 2>/dev/null)
+  bundle_logs env.txt warm_peers.log build_cuda.log tests.log bench.log $(cd "$OUT" && ls bench[0-9]*.log 2>/dev/null)
   exit "$bench_rc"
 fi
 python3 benchmarks/bench_ops.py --out "$OUT" --budget-s "$left" "$@" 2>&1 | tee "$OUT/bench.log"
@@ -72,5 +82,5 @@ fi
 echo "--- summary (full tables in \$OUT/results.md) at ${SECONDS}s"
 sed -n '/### Summary/,/### All/p' "$OUT/results.md" 2>/dev/null | head -100
 # At most 8 files come back: the logs as one archive.
-bundle_logs env.txt build_cuda.log warm_peers.log bench.log kernels_benchmark.log
+bundle_logs env.txt build_cuda.log warm_peers.log tests.log bench.log kernels_benchmark.log
 exit "$bench_rc"
