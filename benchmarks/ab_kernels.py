@@ -23,6 +23,8 @@ replay (bench_ops.Timer.graph_us, warm L2), the small-shape target; the default 
 Our variants are the same op called under the environment each op's VARIANTS names (the
 launchers read these per call: LTX_KERNELS_RMS_KERNEL=row forces rms_norm_kernel;
 LTX_KERNELS_ADALN_KERNEL=row the AdaLN kernels other than adaln_direct_kernel;
+LTX_KERNELS_ADALN_C=2 the candidate adaln_direct_kernel with 2 vectors per thread,
+LTX_KERNELS_ADALN_MOD=early / late forcing when it loads scale / shift;
 LTX_KERNELS_GELU_TABLE=0 computes GELU of 16-bit dtypes instead of the lookup table).
 Decided candidates leave their switch behind (2026-12-05: adaln_direct_kernel, the early
 weight, the GELU table, the packed rotate-half form became defaults; balanced row chunks
@@ -57,6 +59,9 @@ VARIANTS = {
     "adaln": {
         "ours": {},
         "ours (row kernels)": {"LTX_KERNELS_ADALN_KERNEL": "row"},
+        "ours (C=2)": {"LTX_KERNELS_ADALN_C": "2"},
+        "ours (C=2, early mod)": {"LTX_KERNELS_ADALN_C": "2", "LTX_KERNELS_ADALN_MOD": "early"},
+        "ours (C=2, late mod)": {"LTX_KERNELS_ADALN_C": "2", "LTX_KERNELS_ADALN_MOD": "late"},
     },
     "act": {
         "ours": {},
@@ -218,6 +223,8 @@ def main(argv=None):
                     help="comma list of zero,clean,graph (default: graph,clean for rmsnorm_small, "
                          "else zero,clean)")
     ap.add_argument("--no-compile", action="store_true")
+    ap.add_argument("--match", default="", help="only cases whose name contains one of these "
+                    "comma-separated strings (e.g. 'x1x2048 rms')")
     args = ap.parse_args(argv)
 
     k = load_kernel("cuda")
@@ -245,6 +252,8 @@ def main(argv=None):
         cases = act_cases(k, dev, g, liger.get("geglu"))
     else:
         cases = rope_cases(k, dev, g, liger.get("rope"))
+    if args.match:
+        cases = [c for c in cases if any(m in c.name for m in args.match.split(","))]
 
     big_src = torch.empty(1 << 28, device=dev, dtype=torch.float32).fill_(2.0)  # 1 GiB
     big_dst = torch.empty_like(big_src)

@@ -433,7 +433,10 @@ def qk_prologue_case(shape, dtype, device):
     return Case("qk_prologue", f"q,k {fmt_shape(shape)}", dtype, inputs, ("q", "k", "qw", "kw", "cos", "sin"),
                 lambda k, i: k.rmsnorm_rope_qk(i["q"], i["k"], i["qw"], i["kw"], i["cos"], i["sin"], 1e-6),
                 ref_qk_prologue, ("q", "k", "qw", "kw", "cos", "sin"), peers=peers,
-                tables="weights and fp32 cos+sin [B,S,D] each counted once")
+                tables="weights and fp32 cos+sin [B,S,D] each counted once",
+                # a norm rounding flipped by the summation order, then x*cos - y*sin cancelling:
+                # unbounded ulp (H200 2026-12-05: 30010 ulp, normwise error = eager's)
+                ours_max_ulp=None)
 
 
 def rope_llama_case(b, hq, hk, s, dh, dtype, device):

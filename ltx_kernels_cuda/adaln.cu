@@ -481,19 +481,26 @@ constexpr int kDirectCached = 4;
 
 // Blocks of kDirectBlock threads per SM the register cap aims for. CUDA 13.0's ptxas
 // spills 8 bytes of the bf16 LayerNorm instantiation on sm_120 under the cap for 4.
+// C = 2 (a candidate, below) holds half the vectors, so 4 blocks fit even loading early.
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1200
-template <bool kEarly>
-constexpr int kAdaDirectMinBlocks = kEarly ? 2 : 3;
+template <bool kEarly, int C>
+constexpr int kAdaDirectMinBlocks = C <= 2 ? 4 : kEarly ? 2 : 3;
 #else
-template <bool kEarly>
-constexpr int kAdaDirectMinBlocks = kEarly ? 2 : 4;
+template <bool kEarly, int C>
+constexpr int kAdaDirectMinBlocks = C <= 2 ? 4 : kEarly ? 2 : 4;
 #endif
 
-template <typename T, bool kLayer, bool kEarly>
-__global__ void __launch_bounds__(kDirectBlock, kAdaDirectMinBlocks<kEarly>)
+// C: vectors of a row per thread. 4 by default. C = 2 is a candidate for the broadcast
+// modulation ([B, 1, D]), where the default (late loads) is 10% behind Liger's modulated
+// RMSNorm (H200 2026-12-05 05:11: 38.9 vs 35.4 µs at [2, 8064, 2048], 80% of copy), whose
+// Triton kernel loads x, scale and shift together, a few vectors per thread. C = 2 loading early keeps 4 blocks per SM (the C = 4 early form
+// fits 2 and was 26% slower) with 96 KB in flight per SM and no dependent L2 round trip
+// after the reduction. Asked for with LTX_KERNELS_ADALN_C=2 until a device call times it
+// (benchmarks/ab_kernels.py --op adaln).
+template <typename T, bool kLayer, bool kEarly, int C>
+__global__ void __launch_bounds__(kDirectBlock, kAdaDirectMinBlocks<kEarly, C>)
     adaln_direct_kernel(AdaLnParams p) {
   constexpr int N = 16 / static_cast<int>(sizeof(T));
-  constexpr int C = kDirectCached;
   constexpr int CM = kEarly ? C : 1;  // modulation vectors held across the reduction
   using V = Vec<T, N>;
   __shared__ float scratch[kMaxWarpsPerBlock];
@@ -577,12 +584,15 @@ bool launch_adaln_direct(AdaLnParams p, int vec, bool early, int device, cudaStr
   constexpr int N = 16 / static_cast<int>(sizeof(T));
   const int64_t nvec = p.cols / vec;
   if (vec != N || nvec > static_cast<int64_t>(kDirectCached) * kDirectBlock) return false;
-  p.tpr = pow2_ceil(ceil_div(nvec, kDirectCached));
+  const bool c2 = ab_switch("LTX_KERNELS_ADALN_C") == "2" && nvec <= 2LL * kDirectBlock;
+  p.tpr = pow2_ceil(ceil_div(nvec, c2 ? 2 : kDirectCached));
   const int64_t groups = kDirectBlock / p.tpr;
-  if (early) {
-    launch_rows(adaln_direct_kernel<T, kLayer, true>, p, kDirectBlock, groups, device, stream);
+  auto go = [&](auto kernel) { launch_rows(kernel, p, kDirectBlock, groups, device, stream); };
+  if (c2) {
+    early ? go(adaln_direct_kernel<T, kLayer, true, 2>) : go(adaln_direct_kernel<T, kLayer, false, 2>);
   } else {
-    launch_rows(adaln_direct_kernel<T, kLayer, false>, p, kDirectBlock, groups, device, stream);
+    early ? go(adaln_direct_kernel<T, kLayer, true, kDirectCached>)
+          : go(adaln_direct_kernel<T, kLayer, false, kDirectCached>);
   }
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return true;
@@ -764,7 +774,9 @@ void adaln_launch(const at::Tensor& out2d, const at::Tensor& x2d, const at::Tens
   const bool direct_ok = ab_switch("LTX_KERNELS_ADALN_KERNEL") != "row";
   if (direct_ok && p.w == nullptr && xt == st &&
       xt == ht && xt == ot && (xt == at::kBFloat16 || xt == at::kHalf)) {
-    const bool early = mod_run == 1;
+    // LTX_KERNELS_ADALN_MOD=early / late (with the C = 2 candidate) forces the load order.
+    const std::string_view mod = ab_switch("LTX_KERNELS_ADALN_MOD");
+    const bool early = mod == "early" || (mod != "late" && mod_run == 1);
     bool direct = false;
     dispatch_float(xt, [&](auto t) {
       using T = typename decltype(t)::type;
