@@ -22,15 +22,6 @@ python3 tools/build.py --backend cuda --arch "$LTX_ARCH" -j 14 > "$OUT/build_cud
   || { tail -40 "$OUT/build_cuda.log"; exit 1; }
 echo "build done at ${SECONDS}s"
 
-pytest_stage() {  # pytest_stage NAME SECONDS -k-EXPRESSION
-  local name=$1 secs=$2 expr=$3
-  [ "$secs" -gt 15 ] || { echo "$name: no time left"; return; }
-  timeout "$secs" bash tools/dev.sh test -q -rfE --maxfail=20 -k "$expr" > "$OUT/$name.log" 2>&1
-  echo "$name rc=$? at ${SECONDS}s"
-  grep -E "passed|failed|error" "$OUT/$name.log" | tail -5
-  grep -E "^(FAILED|ERROR)" "$OUT/$name.log" | head -20
-}
-
 pytest_stage pytest_first "${LTX_AB_FIRST_S:-150}" "$FIRST"
 
 # Host time per call of every op on this machine's CPU + GPU (the small-shape eager rows).

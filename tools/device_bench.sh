@@ -38,13 +38,7 @@ if [ "$build_rc" -ne 0 ]; then
   exit 1
 fi
 
-if [ -n "${LTX_BENCH_TESTS:-}" ]; then
-  timeout "${LTX_BENCH_TESTS_S:-150}" bash tools/dev.sh test -q -rfE --maxfail=20 -k "$LTX_BENCH_TESTS" \
-    > "$OUT/tests.log" 2>&1
-  echo "tests rc=$? at ${SECONDS}s"
-  grep -E "passed|failed|error" "$OUT/tests.log" | tail -3
-  grep -E "^(FAILED|ERROR)" "$OUT/tests.log" | head -20
-fi
+[ -n "${LTX_BENCH_TESTS:-}" ] && pytest_stage tests "${LTX_BENCH_TESTS_S:-150}" "$LTX_BENCH_TESTS"
 
 left=$((BUDGET - SECONDS - 45))   # 45 s for the last case, tables, plot, copies
 [ "$left" -lt 60 ] && left=60

@@ -34,6 +34,17 @@ save_peer_cache() {
   fi
 }
 
+# pytest_stage NAME SECONDS -k-EXPRESSION: the GPU tests matching the expression, within
+# SECONDS, into $OUT/NAME.log; prints the exit status and the failures.
+pytest_stage() {
+  local name=$1 secs=$2 expr=$3
+  [ "$secs" -gt 15 ] || { echo "$name: no time left"; return; }
+  timeout "$secs" bash tools/dev.sh test -q -rfE --maxfail=20 -k "$expr" > "$OUT/$name.log" 2>&1
+  echo "$name rc=$? at ${SECONDS}s"
+  grep -E "passed|failed|error" "$OUT/$name.log" | tail -5
+  grep -E "^(FAILED|ERROR)" "$OUT/$name.log" | head -20
+}
+
 # bundle_logs FILE...: moves the named files of $OUT (those that exist) into $OUT/logs.tgz.
 bundle_logs() {
   local have=() f
