@@ -339,11 +339,11 @@ const uint16_t* gelu_table(int device, cudaStream_t stream) {
   return table;
 }
 
-// Launches act_table_kernel when the call suits it (GELU, not gated, of a 16-bit dtype,
+// Launches act_table_kernel for a GELU call (not gated) that suits it (a 16-bit dtype,
 // 16-byte vectors, at least kTableMinElements, the table not switched off); false otherwise.
-template <typename T, bool kGated>
+template <typename T>
 bool launch_act_table(ActParams p, int vec, GeluKind kind, int device, cudaStream_t stream) {
-  if constexpr (sizeof(T) != 2 || kGated) {
+  if constexpr (sizeof(T) != 2) {
     return false;
   } else {
     if (vec != 8 || p.rows * p.nvec * 8 < kTableMinElements) return false;
@@ -381,13 +381,15 @@ void launch(ActParams p, int64_t rows, int64_t cols, int vec, const at::Tensor& 
   p.tail = static_cast<int>(cols - p.nvec * vec);
   TORCH_CHECK(p.tail == 0 || rows == 1, "ltx_kernels.", op, ": internal error: tail on ", rows,
               " rows");
-  // 16-bit GELU, large calls: the lookup-table kernel where it runs.
-  bool done = false;
-  dispatch_float(like.scalar_type(), [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    done = launch_act_table<T, kGated>(p, vec, kind, device, stream);
-  });
-  if (done) return;
+  // 16-bit GELU (not gated), large calls: the lookup-table kernel where it runs.
+  if constexpr (!kGated) {
+    bool done = false;
+    dispatch_float(like.scalar_type(), [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      done = launch_act_table<T>(p, vec, kind, device, stream);
+    });
+    if (done) return;
+  }
 
   constexpr int U = kUnroll<kGated>;
   const int block = row_block(p, U, kBlock);

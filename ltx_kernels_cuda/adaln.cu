@@ -493,9 +493,9 @@ constexpr int kAdaDirectMinBlocks = C <= 2 ? 4 : kEarly ? 2 : 4;
 // C: vectors of a row per thread. 4 by default. C = 2 is a candidate for the broadcast
 // modulation ([B, 1, D]), where the default (late loads) is 10% behind Liger's modulated
 // RMSNorm (H200 2026-12-05 05:11: 38.9 vs 35.4 µs at [2, 8064, 2048], 80% of copy), whose
-// Triton kernel loads x, scale and shift together, a few vectors per thread. C = 2 loading early keeps 4 blocks per SM (the C = 4 early form
-// fits 2 and was 26% slower) with 96 KB in flight per SM and no dependent L2 round trip
-// after the reduction. Asked for with LTX_KERNELS_ADALN_C=2 until a device call times it
+// Triton kernel loads x, scale and shift together, a few vectors per thread. C = 2 loading
+// early keeps 4 blocks per SM (the C = 4 early form fits 2 and was 26% slower) with 96 KB in
+// flight per SM and no dependent L2 round trip after the reduction. Asked for with LTX_KERNELS_ADALN_C=2 until a device call times it
 // (benchmarks/ab_kernels.py --op adaln).
 template <typename T, bool kLayer, bool kEarly, int C>
 __global__ void __launch_bounds__(kDirectBlock, kAdaDirectMinBlocks<kEarly, C>)

@@ -188,8 +188,8 @@ def check_one_dtype_rows(rows, d, x_dtype, semantics, with_weight):
 def test_one_dtype_kernel_few_rows_weight_early(rows, d, x_dtype, semantics):
     """rms_norm_direct_kernel's early-weight form (grids of at most one block per SM: the
     weight loaded with x): one row, decode-sized batches, a row leaving threads idle
-    (D = 5120), per-head rows, and 264 / 266 rows of 4096 (2 rows per block: 132 blocks, one wave on an H200, or one
-    block more); out poisoned with NaN."""
+    (D = 5120), per-head rows, and 264 / 266 rows of 4096 (2 rows per block: 132 blocks,
+    one wave on an H200, or one block more); out poisoned with NaN."""
     check_one_dtype_rows(rows, d, x_dtype, semantics, with_weight=True)
 
 
