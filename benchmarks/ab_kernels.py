@@ -25,7 +25,9 @@ launchers read these per call: LTX_KERNELS_RMS_KERNEL=row forces rms_norm_kernel
 LTX_KERNELS_ADALN_KERNEL=row the AdaLN kernels other than adaln_direct_kernel;
 LTX_KERNELS_ADALN_C=2 the candidate adaln_direct_kernel with 2 vectors per thread,
 LTX_KERNELS_ADALN_MOD=early / late forcing when it loads scale / shift;
-LTX_KERNELS_GELU_TABLE=0 computes GELU of 16-bit dtypes instead of the lookup table).
+LTX_KERNELS_GELU_TABLE=0 computes GELU of 16-bit dtypes instead of the lookup table;
+LTX_KERNELS_PDL=1 launches rms_norm_direct_kernel with programmatic dependent launch, a
+candidate for decode-sized calls under graph replay, common/pdl.cuh).
 Decided candidates leave their switch behind (2026-12-05: adaln_direct_kernel, the early
 weight, the GELU table, the packed rotate-half form became defaults; balanced row chunks
 were dropped); rmsnorm_small still times the decode shapes against the peers.
@@ -52,9 +54,11 @@ VARIANTS = {
     "rmsnorm": {
         "ours": {},
         "ours (row kernel)": {"LTX_KERNELS_RMS_KERNEL": "row"},
+        "ours (PDL)": {"LTX_KERNELS_PDL": "1"},
     },
     "rmsnorm_small": {
         "ours": {},
+        "ours (PDL)": {"LTX_KERNELS_PDL": "1"},
     },
     "adaln": {
         "ours": {},

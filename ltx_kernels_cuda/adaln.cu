@@ -117,37 +117,41 @@ __device__ __forceinline__ void load_weight(const float* w, int64_t off, float (
 // This thread's part of a row's fp32 sums over its cached vectors i < C that lie in the
 // row: of the elements (kSquares false), or of their squares after subtracting `mean` when
 // kCentre (LayerNorm's variance) or as they are (RMSNorm). elem(i, k): element k of vector i.
+// Added as a tree (tree_sum in common/reduce.cuh: a short chain after the loads).
 template <int C, int N, bool kSquares, bool kCentre, class Elem>
 __device__ __forceinline__ float cached_sum(bool active, int lane, int tpr, int nvec, float mean,
                                             Elem elem) {
-  float s = 0.f;
+  float part[C];  // per vector; a vector outside the row (never loaded) is not read
 #pragma unroll
   for (int i = 0; i < C; ++i) {
+    part[i] = 0.f;
     if (active && lane + i * tpr < nvec) {
+      float t[N];
 #pragma unroll
       for (int k = 0; k < N; ++k) {
         const float d = kCentre ? elem(i, k) - mean : elem(i, k);
-        s += kSquares ? d * d : d;
+        t[k] = kSquares ? d * d : d;
       }
+      part[i] = tree_sum(t);
     }
   }
-  return s;
+  return tree_sum(part);
 }
 
 // fp32 statistics of a row whose vectors i < C this thread holds (elem(i, k)): sets `mean`
 // (LayerNorm; 0 for RMSNorm) and returns 1 / sqrt(mean square, centred for LayerNorm, + eps).
 // Every thread of the block must call it (row_sum).
 template <int C, int N, bool kLayer, class Elem>
-__device__ __forceinline__ float cached_row_inv(bool active, int lane, int tpr, int nvec,
-                                                float inv_cols, float eps, float* scratch,
+__device__ __forceinline__ float cached_row_inv(bool active, const RowGroup& rg, int nvec,
+                                                float inv_cols, float eps, RowScratch& scratch,
                                                 Elem elem, float& mean) {
   mean = 0.f;
   if constexpr (kLayer) {
-    const float s = cached_sum<C, N, false, false>(active, lane, tpr, nvec, 0.f, elem);
-    mean = row_sum(s, tpr, scratch) * inv_cols;
+    const float s = cached_sum<C, N, false, false>(active, rg.lane, rg.tpr, nvec, 0.f, elem);
+    mean = row_sum(s, rg, scratch) * inv_cols;
   }
-  const float ss = cached_sum<C, N, true, kLayer>(active, lane, tpr, nvec, mean, elem);
-  return rsqrtf(row_sum(ss, tpr, scratch) * inv_cols + eps);
+  const float ss = cached_sum<C, N, true, kLayer>(active, rg.lane, rg.tpr, nvec, mean, elem);
+  return rsqrtf(row_sum(ss, rg, scratch) * inv_cols + eps);
 }
 
 // ---- adaln -------------------------------------------------------------------------
@@ -165,6 +169,7 @@ struct AdaLnParams {
   int cols;
   int tpr;
   float eps;
+  float inv_cols;  // 1 / cols, worked out by the host (a division in front of the first load)
   bool layer;  // LayerNorm (else RMSNorm)
   Round mid, norm, scale1, prod;
   int dx, ds, dh, dout;  // dtype codes (generic kernel)
@@ -195,18 +200,20 @@ template <class IoX, class IoM, class IoO, int kCached, bool kWeight, bool kLaye
 __global__ void __launch_bounds__(kMaxRowThreads, 1) adaln_kernel(AdaLnParams p) {
   constexpr int N = IoX::kN;
   static_assert(IoM::kN == N && IoO::kN == N, "one vector width");
-  __shared__ float scratch[kMaxWarpsPerBlock];
+  __shared__ float scratch_mem[kRowScratchFloats];
+  RowScratch scratch{scratch_mem};
 
   const int nvec = p.cols / N;
-  const int lane = threadIdx.x % p.tpr;
-  const int groups = blockDim.x / p.tpr;
-  const float inv_cols = 1.0f / static_cast<float>(p.cols);
+  const RowGroup rg = row_group(p.tpr);
+  const int lane = rg.lane;
+  const int groups = rg.groups;
+  const float inv_cols = p.inv_cols;
   const bool has_shift = p.shift != nullptr;
 
   // Every thread runs the same number of iterations: row_sum needs all of them.
   for (int64_t base = static_cast<int64_t>(blockIdx.x) * groups; base < p.rows;
        base += static_cast<int64_t>(gridDim.x) * groups) {
-    const int64_t row = base + threadIdx.x / p.tpr;
+    const int64_t row = base + rg.group;
     const bool active = row < p.rows;
     const int64_t r = active ? row : 0;
     int64_t off[2];
@@ -234,7 +241,7 @@ __global__ void __launch_bounds__(kMaxRowThreads, 1) adaln_kernel(AdaLnParams p)
 #pragma unroll
         for (int k = 0; k < N; ++k) s += IoX::get(v, k);
       }
-      mean = row_sum(s, p.tpr, scratch) * inv_cols;
+      mean = row_sum(s, rg, scratch) * inv_cols;
     }
     float ss = cached_sum<kCached, N, true, kLayer>(active, lane, p.tpr, nvec, mean, elem);
     for (int j = lane + kCached * p.tpr; active && j < nvec; j += p.tpr) {
@@ -245,7 +252,7 @@ __global__ void __launch_bounds__(kMaxRowThreads, 1) adaln_kernel(AdaLnParams p)
         ss += d * d;
       }
     }
-    ss = row_sum(ss, p.tpr, scratch);
+    ss = row_sum(ss, rg, scratch);
     const float inv = rsqrtf(ss * inv_cols + p.eps);
 
     // Each product and sum is a separate eager op: __fmul_rn/__fadd_rn, no FMA.
@@ -342,13 +349,14 @@ __global__ void LTX_STREAM_BOUNDS adaln_stream_kernel(AdaLnParams p, int64_t chu
   // Per group: C*tpr of 1+scale, then of shift; after all groups', the x stages:
   // [stage][i][thread] (consecutive threads own consecutive slots: conflict-free).
   extern __shared__ __align__(16) unsigned char mod_smem[];
-  __shared__ float scratch[kMaxWarpsPerBlock];
+  __shared__ float scratch_mem[kRowScratchFloats];
+  RowScratch scratch{scratch_mem};
 
   const int nvec = p.cols / N;
-  const int lane = threadIdx.x % p.tpr;
-  const int group = threadIdx.x / p.tpr;
-  const int groups = blockDim.x / p.tpr;
-  const float inv_cols = 1.0f / static_cast<float>(p.cols);
+  const RowGroup rg = row_group(p.tpr);
+  const int lane = rg.lane;
+  const int group = rg.group;
+  const int groups = rg.groups;
   const bool has_shift = p.shift != nullptr;
   const Tx* x = static_cast<const Tx*>(p.x);
   const Tm* scale = static_cast<const Tm*>(p.scale);
@@ -401,7 +409,7 @@ __global__ void LTX_STREAM_BOUNDS adaln_stream_kernel(AdaLnParams p, int64_t chu
 
     float mean;
     const float inv = cached_row_inv<C, N, kLayer>(
-        active, lane, p.tpr, nvec, inv_cols, p.eps, scratch,
+        active, rg, nvec, p.inv_cols, p.eps, scratch,
         [&](int i, int k) { return to_float(cur[i].v[k]); }, mean);
 
     if (active) {
@@ -503,23 +511,23 @@ __global__ void __launch_bounds__(kDirectBlock, kAdaDirectMinBlocks<kEarly, C>)
   constexpr int N = 16 / static_cast<int>(sizeof(T));
   constexpr int CM = kEarly ? C : 1;  // modulation vectors held across the reduction
   using V = Vec<T, N>;
-  __shared__ float scratch[kMaxWarpsPerBlock];
+  __shared__ float scratch_mem[kRowScratchFloats];
+  RowScratch scratch{scratch_mem};
   const T* x = static_cast<const T*>(p.x);
   const T* scale = static_cast<const T*>(p.scale);
   const T* shift = static_cast<const T*>(p.shift);
   T* out = static_cast<T*>(p.out);
   const int nvec = p.cols / N;
-  const int lane = threadIdx.x % p.tpr;
-  const int groups = blockDim.x / p.tpr;
-  const float inv_cols = 1.0f / static_cast<float>(p.cols);
+  const RowGroup rg = row_group_pow2(p.tpr);
+  const int lane = rg.lane;
   const bool has_shift = shift != nullptr;
   V ones;
 #pragma unroll
   for (int k = 0; k < N; ++k) ones.v[k] = from_float<T>(1.0f);
   // Every thread runs the same number of iterations: row_sum needs all of them.
-  const BlockRows br = block_rows(p.rows, groups);
+  const BlockRows br = block_rows(p.rows, rg.groups);
   for (int64_t base = br.begin; base < br.end; base += br.step) {
-    const int64_t row = base + threadIdx.x / p.tpr;
+    const int64_t row = base + rg.group;
     const bool active = row < br.end;
     const int64_t r = active ? row : 0;  // an inactive group loads nothing
     const T* xr = x + r * p.x_stride;
@@ -544,7 +552,7 @@ __global__ void __launch_bounds__(kDirectBlock, kAdaDirectMinBlocks<kEarly, C>)
 
     float mean;
     const float inv = cached_row_inv<C, N, kLayer>(
-        active, lane, p.tpr, nvec, inv_cols, p.eps, scratch,
+        active, rg, nvec, p.inv_cols, p.eps, scratch,
         [&](int i, int k) { return to_float(xc[i].v[k]); }, mean);
     if (!active) continue;
 
@@ -693,7 +701,7 @@ bool launch_adaln_stream(const AdaLnParams& p, const RowPlan& l, int64_t mod_run
   // (D = 6144 and 8192 bf16: no LTX / FLUX / Wan / DiT width).
   const size_t mod_bytes = static_cast<size_t>(2) * kStreamCached * l.block * sizeof(Vec<Tm, N>);
   const size_t row_bytes = static_cast<size_t>(kStreamCached) * l.block * sizeof(Vec<Tx, N>);
-  constexpr size_t kSmemLimit = 48 * 1024 - kMaxWarpsPerBlock * sizeof(float);
+  constexpr size_t kSmemLimit = 48 * 1024 - kRowScratchFloats * sizeof(float);
   int stages = kStreamStages;
   while (stages >= 2 && mod_bytes + stages * row_bytes > kSmemLimit) --stages;
   if (stages < 2) return false;
@@ -733,6 +741,7 @@ void adaln_launch(const at::Tensor& out2d, const at::Tensor& x2d, const at::Tens
   TORCH_CHECK(x2d.size(1) <= INT32_MAX, "ltx_kernels.adaln: last dim too large");
   p.cols = static_cast<int>(x2d.size(1));
   p.eps = static_cast<float>(eps);
+  p.inv_cols = 1.0f / static_cast<float>(p.cols);
   p.layer = norm == AdaLnNorm::kLayer;
   p.mid = round_kind(r.mid);
   p.norm = round_kind(r.norm);

@@ -121,16 +121,18 @@ template <class Io, bool kWeight>
 __global__ void __launch_bounds__(kMaxRowThreads, 1) adaln_backward_kernel(AdaLnBwdParams p) {
   constexpr int N = Io::kN;
   using Raw = typename Io::Raw;
-  __shared__ float scratch[kMaxWarpsPerBlock];
+  __shared__ float scratch_mem[kRowScratchFloats];
+  RowScratch scratch{scratch_mem};
 
   const int nvec = p.cols / N;
-  const int lane = threadIdx.x % p.tpr;
-  const int groups = blockDim.x / p.tpr;
+  const RowGroup rg = row_group(p.tpr);
+  const int lane = rg.lane;
+  const int groups = rg.groups;
   const float inv_cols = 1.0f / static_cast<float>(p.cols);
 
   for (int64_t base = static_cast<int64_t>(blockIdx.x) * groups; base < p.rows;
        base += static_cast<int64_t>(gridDim.x) * groups) {
-    const int64_t row = base + threadIdx.x / p.tpr;
+    const int64_t row = base + rg.group;
     const bool active = row < p.rows;
     const int64_t r = active ? row : 0;
     int64_t off[1];
@@ -166,7 +168,7 @@ __global__ void __launch_bounds__(kMaxRowThreads, 1) adaln_backward_kernel(AdaLn
 #pragma unroll
         for (int k = 0; k < N; ++k) acc += Io::get(xv, k);
       });
-      mean = row_sum(acc, p.tpr, scratch) * inv_cols;
+      mean = row_sum(acc, rg, scratch) * inv_cols;
     }
     float ss = 0.f;
     for_each(false, [&](const Raw& xv, const Raw&, const Raw&, int) {
@@ -176,7 +178,7 @@ __global__ void __launch_bounds__(kMaxRowThreads, 1) adaln_backward_kernel(AdaLn
         ss += d * d;
       }
     });
-    const float rstd = rsqrtf(row_sum(ss, p.tpr, scratch) * inv_cols + p.eps);
+    const float rstd = rsqrtf(row_sum(ss, rg, scratch) * inv_cols + p.eps);
 
     // xh, dn = g * (1 + s) and dxh = dn * w of one vector.
     auto terms = [&](const Raw& xv, const Raw& gv, const Raw& sv, int j, float (&xh)[N],
@@ -201,8 +203,8 @@ __global__ void __launch_bounds__(kMaxRowThreads, 1) adaln_backward_kernel(AdaLn
           b += dxh[k];
         }
       });
-      a = row_sum(a, p.tpr, scratch) * inv_cols;
-      if (p.layer) b = row_sum(b, p.tpr, scratch) * inv_cols;
+      a = row_sum(a, rg, scratch) * inv_cols;
+      if (p.layer) b = row_sum(b, rg, scratch) * inv_cols;
     }
     if (!p.layer) b = 0.f;
 
@@ -250,9 +252,10 @@ template <class Io>
 __global__ void __launch_bounds__(kMaxRowThreads, 1) gated_residual_backward_kernel(GateBwdParams p) {
   constexpr int N = Io::kN;
   const int nvec = p.cols / N;
-  const int lane = threadIdx.x % p.tpr;
-  const int groups = blockDim.x / p.tpr;
-  for (int64_t row = static_cast<int64_t>(blockIdx.x) * groups + threadIdx.x / p.tpr;
+  const RowGroup rg = row_group(p.tpr);
+  const int lane = rg.lane;
+  const int groups = rg.groups;
+  for (int64_t row = static_cast<int64_t>(blockIdx.x) * groups + rg.group;
        row < p.rows; row += static_cast<int64_t>(gridDim.x) * groups) {
     int64_t off[2];
     p.rs.offsets<2>(row, off);

@@ -17,6 +17,7 @@
 #include "common/dispatch.cuh"
 #include "common/reduce.cuh"
 #include "common/rope_tables.cuh"
+#include "common/row_order.cuh"
 #include "common/vec.cuh"
 
 namespace ltx::cuda {
@@ -118,17 +119,19 @@ __device__ __forceinline__ void store_rotated(const float* n, const float* c, co
 // kTab: how the tables are read when there are any (common/rope_tables.cuh).
 template <typename T, typename Tw, int N, bool kVec, int kTab>
 __global__ void rmsnorm_rope_qk_kernel(QkParams p) {
-  __shared__ float scratch[kMaxWarpsPerBlock];
+  __shared__ float scratch_mem[kRowScratchFloats];
+  RowScratch scratch{scratch_mem};
   using V = Vec<T, N>;
   const int nvec = p.cols / N;
-  const int lane = threadIdx.x % p.tpr;
-  const int groups = blockDim.x / p.tpr;
+  const RowGroup rg = row_group_pow2(p.tpr);
+  const int lane = rg.lane;
+  const int groups = rg.groups;
   const float inv_cols = 1.0f / static_cast<float>(p.cols);
   const bool rope = p.cos != nullptr;
 
   for (int64_t base = static_cast<int64_t>(blockIdx.x) * groups; base < p.tokens;
        base += static_cast<int64_t>(gridDim.x) * groups) {
-    const int64_t i = base + threadIdx.x / p.tpr;
+    const int64_t i = base + rg.group;
     // Position-major with tables: token i is (s = i / batch, b = i % batch).
     const int64_t row = rope ? (i % p.batch) * p.seq + i / p.batch : i;
     const T* xr[2];
@@ -161,7 +164,7 @@ __global__ void rmsnorm_rope_qk_kernel(QkParams p) {
     float inv[2];
 #pragma unroll
     for (int t = 0; t < 2; ++t) {
-      inv[t] = rsqrtf(row_sum(ss[t], p.tpr, scratch) * inv_cols + p.eps);
+      inv[t] = rsqrtf(row_sum(ss[t], rg, scratch) * inv_cols + p.eps);
     }
 
     const float* crow = nullptr;
@@ -272,16 +275,8 @@ void rmsnorm_rope_qk_launch(const at::Tensor& q_out2d, const at::Tensor& q2d,
 
   const int64_t nvec = p.cols / vec;
   const int tpr_wanted = std::min(kMaxBlock, pow2_ceil(ceil_div(nvec, kTargetPerThread)));
-  const int64_t max_blocks = static_cast<int64_t>(sm_count(q2d.device().index())) * 64;
   auto launch_kernel = [&](auto kernel) {
-    cudaFuncAttributes attr;
-    C10_CUDA_CHECK(cudaFuncGetAttributes(&attr, kernel));
-    p.tpr = tpr_wanted;
-    while (p.tpr > attr.maxThreadsPerBlock) p.tpr /= 2;
-    const int block = std::min(std::max(p.tpr, kBlock), attr.maxThreadsPerBlock);
-    const int64_t groups = block / p.tpr;
-    const unsigned grid = static_cast<unsigned>(std::min(ceil_div(p.tokens, groups), max_blocks));
-    kernel<<<grid, block, 0, stream>>>(p);
+    launch_rows_pow2(kernel, p, tpr_wanted, kBlock, p.tokens, q2d.device().index(), stream);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   };
   // The instantiation for this call's table kind (norm-only calls take the full one).

@@ -18,6 +18,7 @@
 #include "common/dispatch.cuh"
 #include "common/reduce.cuh"
 #include "common/rms_backward.cuh"
+#include "common/row_order.cuh"
 #include "common/vec.cuh"
 
 namespace ltx::cuda {
@@ -59,14 +60,16 @@ __device__ __forceinline__ void grad_n(const Tg* gr, const float* crow, const fl
 // kTab: kNoTables (norm only), or how the tables are read (common/rope_tables.cuh).
 template <typename T, typename Tg, typename Tw, int N, bool kVec, int kTab>
 __global__ void qk_backward_kernel(QkBwdParams p) {
-  __shared__ float scratch[kMaxWarpsPerBlock];
+  __shared__ float scratch_mem[kRowScratchFloats];
+  RowScratch scratch{scratch_mem};
   const int nvec = p.cols / N;
-  const int lane = threadIdx.x % p.tpr;
-  const int groups = blockDim.x / p.tpr;
+  const RowGroup rg = row_group(p.tpr);
+  const int lane = rg.lane;
+  const int groups = rg.groups;
   const float inv_cols = 1.0f / static_cast<float>(p.cols);
   for (int64_t base = static_cast<int64_t>(blockIdx.x) * groups; base < p.tokens;
        base += static_cast<int64_t>(gridDim.x) * groups) {
-    const int64_t row = base + threadIdx.x / p.tpr;
+    const int64_t row = base + rg.group;
     const float* crow = nullptr;
     const float* srow = nullptr;
     if constexpr (kTab != kNoTables) {
@@ -95,8 +98,8 @@ __global__ void qk_backward_kernel(QkBwdParams p) {
         }
       }
       // Every thread of the block calls row_sum equally often (dead rows add zeros).
-      ss = row_sum(ss, p.tpr, scratch);
-      dot = row_sum(dot, p.tpr, scratch);
+      ss = row_sum(ss, rg, scratch);
+      dot = row_sum(dot, rg, scratch);
       const float r = rsqrtf(ss * inv_cols + p.eps);
       const float kx = r * r * dot * inv_cols;
       if (live && lane == 0 && p.rstd[t] != nullptr) p.rstd[t][row] = r;
@@ -194,16 +197,8 @@ void rmsnorm_rope_qk_backward_launch(const at::Tensor& dq2d, const at::Tensor& g
   if (vec < 4) vec = p.cols % 2 == 0 ? 2 : 1;
   const int64_t nvec = p.cols / vec;
   const int tpr_wanted = std::min(kMaxBlock, pow2_ceil(ceil_div(nvec, kTargetPerThread)));
-  const int64_t max_blocks = static_cast<int64_t>(sm_count(q2d.device().index())) * 64;
-  auto launch_rows = [&](auto kernel) {
-    cudaFuncAttributes attr;
-    C10_CUDA_CHECK(cudaFuncGetAttributes(&attr, kernel));
-    p.tpr = tpr_wanted;
-    while (p.tpr > attr.maxThreadsPerBlock) p.tpr /= 2;
-    const int block = std::min(std::max(p.tpr, kBlock), attr.maxThreadsPerBlock);
-    const int64_t groups = block / p.tpr;
-    const unsigned grid = static_cast<unsigned>(std::min(ceil_div(p.tokens, groups), max_blocks));
-    kernel<<<grid, block, 0, stream>>>(p);
+  auto launch = [&](auto kernel) {
+    launch_rows_pow2(kernel, p, tpr_wanted, kBlock, p.tokens, q2d.device().index(), stream);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   };
 
@@ -237,7 +232,7 @@ void rmsnorm_rope_qk_backward_launch(const at::Tensor& dq2d, const at::Tensor& g
   };
 
   auto run = [&](auto kernel, auto dw_kernel) {
-    launch_rows(kernel);
+    launch(kernel);
     if (sides > 0) launch_dw(dw_kernel);
   };
   dispatch_float(xt, [&](auto xtag) {

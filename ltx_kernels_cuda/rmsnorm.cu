@@ -30,8 +30,9 @@ struct RmsNormParams {
   int64_t x_stride;    // elements between rows
   int64_t out_stride;  // elements between rows
   int cols;
-  int tpr;  // threads per row
+  int tpr;         // threads per row (a power of two)
   float eps;
+  float inv_cols;  // 1 / cols, worked out by the host (a division in front of the first load)
 };
 
 // out[j-th vector] = round_out(round_mid(v * inv) * w) for one vector of a row. kMid is
@@ -55,29 +56,39 @@ __device__ __forceinline__ void normalize_store(const VX v, const Tw* w, To* oro
   pack_from_float<To, N>(o).store(orow + j * N);
 }
 
-// Loads a thread's first C vectors of a row into `cache` (vector j = lane + i * tpr; none
-// for an inactive row or past the row's end) and returns their fp32 sum of squares, all
-// loads issued before the first sum. Both kernels use it, so they add in the same order.
+// A thread's first C vectors of a row into `cache` (vector j = lane + i * tpr; none for an
+// inactive row or past the row's end).
 template <int C, typename T, int N>
-__device__ __forceinline__ float load_cached_sum(Vec<T, N> (&cache)[C], const T* xr, int lane,
-                                                 int tpr, int nvec, bool active) {
+__device__ __forceinline__ void load_cached(Vec<T, N> (&cache)[C], const T* xr, int lane, int tpr,
+                                            int nvec, bool active) {
 #pragma unroll
   for (int i = 0; i < C; ++i) {
     const int j = lane + i * tpr;
     if (active && j < nvec) cache[i] = Vec<T, N>::load(xr + j * N);
   }
-  float ss = 0.f;
+}
+
+// The fp32 sum of squares of the vectors load_cached gave, added as a tree (tree_sum: the
+// chain after the loads is log2(C * N) adds deep, not C * N). Both kernels use it, so they
+// add in the same order.
+template <int C, typename T, int N>
+__device__ __forceinline__ float cached_sum_squares(const Vec<T, N> (&cache)[C], int lane, int tpr,
+                                                    int nvec, bool active) {
+  float part[C];  // per vector; a vector outside the row (never loaded) is not read
 #pragma unroll
   for (int i = 0; i < C; ++i) {
+    part[i] = 0.f;
     if (active && lane + i * tpr < nvec) {
+      float sq[N];
 #pragma unroll
       for (int k = 0; k < N; ++k) {
         const float f = to_float(cache[i].v[k]);
-        ss += f * f;
+        sq[k] = f * f;
       }
+      part[i] = tree_sum(sq);
     }
   }
-  return ss;
+  return tree_sum(part);
 }
 
 // Threads per row stop at 512 (no __launch_bounds__: forcing 1024 threads caps
@@ -90,27 +101,29 @@ constexpr int kMaxBlock = 512;
 // template argument of a kernel taken by address: "insufficient contextual information").
 template <typename Tx, typename Tw, typename To, int N, int kMid>
 __global__ void rms_norm_kernel(RmsNormParams p) {
-  __shared__ float scratch[kMaxWarpsPerBlock];
+  __shared__ float scratch_mem[kRowScratchFloats];
+  RowScratch scratch{scratch_mem};
   using VX = Vec<Tx, N>;
   const Tx* x = static_cast<const Tx*>(p.x);
   const Tw* w = static_cast<const Tw*>(p.w);
   To* out = static_cast<To*>(p.out);
 
   const int nvec = p.cols / N;
-  const int lane = threadIdx.x % p.tpr;
-  const int groups = blockDim.x / p.tpr;
-  const float inv_cols = 1.0f / static_cast<float>(p.cols);
+  const RowGroup rg = row_group_pow2(p.tpr);
+  const int lane = rg.lane;
+  const int groups = rg.groups;
 
   // Every thread runs the same number of iterations: row_sum needs all of them.
   for (int64_t base = static_cast<int64_t>(blockIdx.x) * groups; base < p.rows;
        base += static_cast<int64_t>(gridDim.x) * groups) {
-    const int64_t row = base + threadIdx.x / p.tpr;
+    const int64_t row = base + rg.group;
     const bool active = row < p.rows;
     const Tx* xr = x + (active ? row : 0) * p.x_stride;
     To* orow = out + (active ? row : 0) * p.out_stride;
 
     VX cache[kCached];
-    float ss = load_cached_sum(cache, xr, lane, p.tpr, nvec, active);
+    load_cached(cache, xr, lane, p.tpr, nvec, active);
+    float ss = cached_sum_squares(cache, lane, p.tpr, nvec, active);
     for (int j = lane + kCached * p.tpr; active && j < nvec; j += p.tpr) {
       const VX v = VX::load(xr + j * N);
 #pragma unroll
@@ -120,8 +133,8 @@ __global__ void rms_norm_kernel(RmsNormParams p) {
       }
     }
 
-    ss = row_sum(ss, p.tpr, scratch);
-    const float inv = rsqrtf(ss * inv_cols + p.eps);
+    ss = row_sum(ss, rg, scratch);
+    const float inv = rsqrtf(ss * p.inv_cols + p.eps);
 
 #pragma unroll
     for (int i = 0; i < kCached; ++i) {
@@ -177,20 +190,27 @@ __global__ void __launch_bounds__(kBlock, kEarlyW ? 1 : kDirectMinBlocks<C>)
   // (mul_rn, common/vec.cuh).
   constexpr bool kPackedMul = !std::is_same_v<T, float> && kM == RoundOf<T>::value;
   using V = Vec<T, N>;
-  __shared__ float scratch[kMaxWarpsPerBlock];
+  __shared__ float scratch_mem[kRowScratchFloats];
+  RowScratch scratch{scratch_mem};
   const T* x = static_cast<const T*>(p.x);
   const T* w = static_cast<const T*>(p.w);
   T* out = static_cast<T*>(p.out);
   const int nvec = p.cols / N;
-  const int lane = threadIdx.x % p.tpr;
-  const int groups = blockDim.x / p.tpr;
-  const float inv_cols = 1.0f / static_cast<float>(p.cols);
+  const RowGroup rg = row_group_pow2(p.tpr);
+  const int lane = rg.lane;
+  // Launched with PDL (LTX_KERNELS_PDL=1, a candidate): wait for the previous kernel before
+  // the first global access, and let the next one be scheduled now (it waits likewise).
+  pdl_wait();
+  pdl_launch_dependents();
   // Every thread runs the same number of iterations: row_sum needs all of them.
-  const BlockRows br = block_rows(p.rows, groups);
+  const BlockRows br = block_rows(p.rows, rg.groups);
   for (int64_t base = br.begin; base < br.end; base += br.step) {
-    const int64_t row = base + threadIdx.x / p.tpr;
+    const int64_t row = base + rg.group;
     const bool active = row < br.end;
     const T* xr = x + (active ? row : 0) * p.x_stride;
+    // x first: the sum waits for it; the weight is not needed until after the reduction.
+    V cur[C];
+    load_cached(cur, xr, lane, p.tpr, nvec, active);
     V wv[C];
     if constexpr (kEarlyW) {
       if (w != nullptr) {
@@ -201,10 +221,9 @@ __global__ void __launch_bounds__(kBlock, kEarlyW ? 1 : kDirectMinBlocks<C>)
         }
       }
     }
-    V cur[C];
-    float ss = load_cached_sum(cur, xr, lane, p.tpr, nvec, active);
-    ss = row_sum(ss, p.tpr, scratch);
-    const float inv = rsqrtf(ss * inv_cols + p.eps);
+    float ss = cached_sum_squares(cur, lane, p.tpr, nvec, active);
+    ss = row_sum(ss, rg, scratch);
+    const float inv = rsqrtf(ss * p.inv_cols + p.eps);
     if (!active) continue;
     T* orow = out + row * p.out_stride;
 #pragma unroll
@@ -244,7 +263,10 @@ bool launch_rms_norm_direct(RmsNormParams p, int vec, int device, cudaStream_t s
   // blocks as SMs (H200, CUDA-graph replay, 2026-12-05: 0.3-0.6 µs faster than loading it
   // after the reduction at every decode shape timed; RESULTS.md).
   const bool early_w = p.w != nullptr && ceil_div(p.rows, groups) <= sm_count(device);
-  auto go = [&](auto kernel) { launch_rows(kernel, p, kBlock, groups, device, stream); };
+  // Programmatic dependent launch: a candidate for decode-sized calls under CUDA graphs
+  // (benchmarks/ab_kernels.py --op rmsnorm_small times it), off unless asked for.
+  const bool pdl = ab_switch("LTX_KERNELS_PDL") == "1" && pdl_supported(device);
+  auto go = [&](auto kernel) { launch_rows(kernel, p, kBlock, groups, device, stream, pdl); };
   if (cache == 4) {
     early_w ? go(rms_norm_direct_kernel<T, kMid, 4, true>) : go(rms_norm_direct_kernel<T, kMid, 4, false>);
   } else {
@@ -309,6 +331,7 @@ void rms_norm_launch(const at::Tensor& out2d, const at::Tensor& x2d,
   TORCH_CHECK(x2d.size(1) <= INT32_MAX, "ltx_kernels.rms_norm: last dim too large");
   p.cols = static_cast<int>(x2d.size(1));
   p.eps = static_cast<float>(eps);
+  p.inv_cols = 1.0f / static_cast<float>(p.cols);
   const Round mid = round_kind(mid_dtype);
 
   const at::ScalarType w_dtype = weight ? weight->scalar_type() : x2d.scalar_type();
@@ -318,25 +341,9 @@ void rms_norm_launch(const at::Tensor& out2d, const at::Tensor& x2d,
                {p.w ? p.w : p.x, weight ? weight->element_size() : x2d.element_size(), 0}});
   const int64_t nvec = p.cols / vec;
   const int tpr_wanted = std::min(kMaxBlock, pow2_ceil(ceil_div(nvec, kTargetPerThread)));
-  // A grid-stride loop covers rows beyond the grid; 64 waves is plenty to balance.
-  const int64_t max_blocks = static_cast<int64_t>(sm_count(x2d.device().index())) * 64;
   const int device = x2d.device().index();
   auto launch = [&](auto kernel) {
-    // The compiled kernel's thread limit (registers decide it), asked once per device.
-    static int max_threads[64] = {};
-    int limit = device >= 0 && device < 64 ? max_threads[device] : 0;
-    if (limit == 0) {
-      cudaFuncAttributes attr;
-      C10_CUDA_CHECK(cudaFuncGetAttributes(&attr, kernel));
-      limit = attr.maxThreadsPerBlock;
-      if (device >= 0 && device < 64) max_threads[device] = limit;
-    }
-    p.tpr = tpr_wanted;
-    while (p.tpr > limit) p.tpr /= 2;  // any power of two is correct
-    const int block = std::min(std::max(p.tpr, kBlock), limit);
-    const int64_t groups = block / p.tpr;
-    const unsigned grid = static_cast<unsigned>(std::min(ceil_div(p.rows, groups), max_blocks));
-    kernel<<<grid, block, 0, stream>>>(p);
+    launch_rows_pow2(kernel, p, tpr_wanted, kBlock, p.rows, device, stream);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   };
 

@@ -15,6 +15,7 @@
 #include "common/dispatch.cuh"
 #include "common/reduce.cuh"
 #include "common/rms_backward.cuh"
+#include "common/row_order.cuh"
 #include "common/vec.cuh"
 
 namespace ltx::cuda {
@@ -38,15 +39,17 @@ struct RowParams {
 
 template <typename T, typename Tg, typename Tw, int N>
 __global__ void rms_norm_backward_kernel(RowParams p) {
-  __shared__ float scratch[kMaxWarpsPerBlock];
+  __shared__ float scratch_mem[kRowScratchFloats];
+  RowScratch scratch{scratch_mem};
   const int nvec = p.cols / N;
-  const int lane = threadIdx.x % p.tpr;
-  const int groups = blockDim.x / p.tpr;
+  const RowGroup rg = row_group(p.tpr);
+  const int lane = rg.lane;
+  const int groups = rg.groups;
   const float inv_cols = 1.0f / static_cast<float>(p.cols);
   const Tw* w = static_cast<const Tw*>(p.w);
   for (int64_t base = static_cast<int64_t>(blockIdx.x) * groups; base < p.rows;
        base += static_cast<int64_t>(gridDim.x) * groups) {
-    const int64_t row = base + threadIdx.x / p.tpr;
+    const int64_t row = base + rg.group;
     const bool active = row < p.rows;
     const int64_t rr = active ? row : 0;
     const T* xr = static_cast<const T*>(p.x) + rr * p.x_stride;
@@ -64,8 +67,8 @@ __global__ void rms_norm_backward_kernel(RowParams p) {
         dot += (w != nullptr ? g[k] * wv[k] : g[k]) * x[k];
       }
     }
-    ss = row_sum(ss, p.tpr, scratch);
-    dot = row_sum(dot, p.tpr, scratch);
+    ss = row_sum(ss, rg, scratch);
+    dot = row_sum(dot, rg, scratch);
     const float r = rsqrtf(ss * inv_cols + p.eps);
     const float kx = r * r * dot * inv_cols;  // dx = r*gw - x*(r*kx)
     if (active && lane == 0 && p.rstd != nullptr) p.rstd[row] = r;
@@ -131,17 +134,9 @@ void rms_norm_backward_launch(const at::Tensor& dx2d, const at::Tensor& g2d_in,
   const int64_t nvec = p.cols / vec;
   const int tpr_wanted = std::min(kMaxBlock, pow2_ceil(ceil_div(nvec, kTargetPerThread)));
   const int device = x2d.device().index();
-  const int64_t max_blocks = static_cast<int64_t>(sm_count(device)) * 64;
 
-  auto launch_rows = [&](auto kernel) {
-    cudaFuncAttributes attr;
-    C10_CUDA_CHECK(cudaFuncGetAttributes(&attr, kernel));
-    p.tpr = tpr_wanted;
-    while (p.tpr > attr.maxThreadsPerBlock) p.tpr /= 2;
-    const int block = std::min(std::max(p.tpr, kBlock), attr.maxThreadsPerBlock);
-    const int64_t groups = block / p.tpr;
-    const unsigned grid = static_cast<unsigned>(std::min(ceil_div(p.rows, groups), max_blocks));
-    kernel<<<grid, block, 0, stream>>>(p);
+  auto launch = [&](auto kernel) {
+    launch_rows_pow2(kernel, p, tpr_wanted, kBlock, p.rows, device, stream);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   };
 
@@ -176,7 +171,7 @@ void rms_norm_backward_launch(const at::Tensor& dx2d, const at::Tensor& g2d_in,
             constexpr int N = decltype(n)::value;
             constexpr size_t widest = std::max({sizeof(T), sizeof(Tg), sizeof(Tw)});
             if constexpr (N * widest <= 16) {
-              launch_rows(rms_norm_backward_kernel<T, Tg, Tw, N>);
+              launch(rms_norm_backward_kernel<T, Tg, Tw, N>);
               if (dw.defined()) launch_dw(rmsbwd::dw_partial_kernel<T, Tg, N, true, kNoTables>);
             } else {
               TORCH_CHECK(false, "ltx_kernels.rms_norm_backward: internal error: vector width ", N);

@@ -193,6 +193,61 @@ def test_one_dtype_kernel_few_rows_weight_early(rows, d, x_dtype, semantics):
     check_one_dtype_rows(rows, d, x_dtype, semantics, with_weight=True)
 
 
+@requires_gpu
+@pytest.mark.parametrize("rows,d", [(1, 4096), (16, 4096), (32, 128), (4099, 8192)])
+def test_one_dtype_kernel_pdl_launch(monkeypatch, rows, d):
+    """LTX_KERNELS_PDL=1 (programmatic dependent launch, a candidate): the same results as
+    the module, one call at a time (decode-sized and many-wave grids)."""
+    monkeypatch.setenv("LTX_KERNELS_PDL", "1")
+    for x_dtype in DTYPES:
+        check_one_dtype_rows(rows, d, x_dtype, "llama", with_weight=True)
+
+
+@requires_gpu
+@pytest.mark.parametrize("graph", [False, True], ids=["eager", "graph"])
+def test_one_dtype_kernel_pdl_chain(monkeypatch, graph):
+    """A chain of PDL launches where each call reads the previous call's output and
+    overwrites a buffer the call before it read: a kernel that touched memory before its
+    pdl_wait would read NaN poison or stale rows. Eagerly and as a CUDA graph (PDL edges),
+    against the same chain without PDL."""
+    w = make_weight(4096, torch.bfloat16, "cuda")
+    x = torch.randn(16, 4096, device="cuda", dtype=torch.bfloat16)
+    bufs = [torch.empty_like(x) for _ in range(3)]
+
+    def chain():
+        src = x
+        for i in range(12):
+            dst = bufs[i % 3]
+            kernel.rmsnorm(src, w, 1e-6, semantics="llama", out=dst)
+            # a cheap elementwise step between some of the calls (a non-PDL kernel)
+            if i % 4 == 3:
+                dst.mul_(1.5)
+            src = dst
+        return src.clone()
+
+    expected = chain()
+    monkeypatch.setenv("LTX_KERNELS_PDL", "1")
+    if graph:
+        g = torch.cuda.CUDAGraph()
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            chain()  # warm-up on the capture stream
+        torch.cuda.current_stream().wait_stream(s)
+        with torch.cuda.graph(g):
+            out = chain()
+        for b in bufs:
+            b.fill_(float("nan"))
+        g.replay()
+        torch.cuda.synchronize()
+        got = out
+    else:
+        for b in bufs:
+            b.fill_(float("nan"))
+        got = chain()
+    assert torch.equal(got, expected)
+
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_torch_eps_none_is_float32_epsilon(device):
     x = torch.randn(8, 256, device=device, dtype=torch.bfloat16) * 1e-4

@@ -123,6 +123,26 @@ inline int resident_blocks(const void* kernel, int block, size_t smem, int devic
   return occ;
 }
 
+// The most threads a block of `kernel` may have (its registers decide it), asked of the
+// runtime once per (kernel, device): cudaFuncGetAttributes is host time that every small
+// eager call paid when asked per launch.
+inline int max_block_threads(const void* kernel, int device) {
+  using Key = std::pair<const void*, int>;
+  static std::mutex mu;
+  static std::map<Key, int> known;
+  const Key key{kernel, device};
+  {
+    const std::lock_guard<std::mutex> lock(mu);
+    const auto it = known.find(key);
+    if (it != known.end()) return it->second;
+  }
+  cudaFuncAttributes attr;
+  C10_CUDA_CHECK(cudaFuncGetAttributes(&attr, kernel));
+  const std::lock_guard<std::mutex> lock(mu);
+  known[key] = attr.maxThreadsPerBlock;
+  return attr.maxThreadsPerBlock;
+}
+
 inline int pow2_ceil(int64_t v) {
   int p = 1;
   while (p < v) p <<= 1;

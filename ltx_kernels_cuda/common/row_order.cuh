@@ -9,6 +9,7 @@
 #pragma once
 
 #include "dispatch.cuh"
+#include "pdl.cuh"
 
 namespace ltx::cuda {
 
@@ -26,13 +27,31 @@ __device__ __forceinline__ BlockRows block_rows(int64_t rows, int groups) {
 
 // Launches kernel(p) over p.rows rows, `groups` per block of `block` threads per iteration
 // (no dynamic shared memory). A grid-stride loop covers rows beyond the grid; 64 blocks
-// per SM is plenty to balance.
+// per SM is plenty to balance. pdl: with programmatic dependent launch (common/pdl.cuh;
+// only for kernels that call pdl_wait first).
 template <typename Params>
 void launch_rows(void (*kernel)(Params), const Params& p, int block, int64_t groups,
-                 int device, cudaStream_t stream) {
+                 int device, cudaStream_t stream, bool pdl = false) {
   const int64_t units = ceil_div(p.rows, groups);
   const auto grid = static_cast<unsigned>(std::min(units, static_cast<int64_t>(sm_count(device)) * 64));
-  kernel<<<grid, block, 0, stream>>>(p);
+  launch_pdl(kernel, grid, static_cast<unsigned>(block), stream, pdl, p);
+}
+
+// Launches kernel(p) for the row kernels that take any power-of-two tpr (rms_norm_kernel,
+// the q/k prologue, the norm backward kernels): p.tpr = tpr_wanted, halved while above the
+// compiled kernel's thread limit (registers decide it); blocks of max(tpr, min_block)
+// threads within that limit, row groups of tpr threads over `rows` rows, grid-stride
+// beyond 64 blocks per SM.
+template <typename Params>
+void launch_rows_pow2(void (*kernel)(Params), Params& p, int tpr_wanted, int min_block,
+                      int64_t rows, int device, cudaStream_t stream) {
+  const int limit = max_block_threads(reinterpret_cast<const void*>(kernel), device);
+  p.tpr = tpr_wanted;
+  while (p.tpr > limit) p.tpr /= 2;  // any power of two is correct
+  const int block = std::min(std::max(p.tpr, min_block), limit) / p.tpr * p.tpr;
+  const int64_t groups = block / p.tpr;
+  const int64_t max_blocks = static_cast<int64_t>(sm_count(device)) * 64;
+  kernel<<<static_cast<unsigned>(std::min(ceil_div(rows, groups), max_blocks)), block, 0, stream>>>(p);
 }
 
 }  // namespace ltx::cuda
