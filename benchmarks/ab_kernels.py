@@ -27,7 +27,8 @@ LTX_KERNELS_ADALN_C=2 the candidate adaln_direct_kernel with 2 vectors per threa
 LTX_KERNELS_ADALN_MOD=early / late forcing when it loads scale / shift;
 LTX_KERNELS_GELU_TABLE=0 computes GELU of 16-bit dtypes instead of the lookup table;
 LTX_KERNELS_PDL=1 launches rms_norm_direct_kernel with programmatic dependent launch, a
-candidate for decode-sized calls under graph replay, common/pdl.cuh).
+candidate for decode-sized calls under graph replay, common/pdl.cuh; LTX_KERNELS_RMS_DECODE_C=2
+gives decode-sized rows of up to 512 vectors 2 vectors per thread instead of 4).
 Decided candidates leave their switch behind (2026-12-05: adaln_direct_kernel, the early
 weight, the GELU table, the packed rotate-half form became defaults; balanced row chunks
 were dropped); rmsnorm_small still times the decode shapes against the peers.
@@ -59,6 +60,8 @@ VARIANTS = {
     "rmsnorm_small": {
         "ours": {},
         "ours (PDL)": {"LTX_KERNELS_PDL": "1"},
+        "ours (decode C=2)": {"LTX_KERNELS_RMS_DECODE_C": "2"},
+        "ours (decode C=2, PDL)": {"LTX_KERNELS_RMS_DECODE_C": "2", "LTX_KERNELS_PDL": "1"},
     },
     "adaln": {
         "ours": {},

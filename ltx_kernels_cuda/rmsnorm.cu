@@ -256,7 +256,16 @@ bool launch_rms_norm_direct(RmsNormParams p, int vec, int device, cudaStream_t s
   constexpr int N = 16 / static_cast<int>(sizeof(T));
   const int64_t nvec = p.cols / vec;
   if (vec != N || nvec > 4LL * kBlock) return false;
-  const int cache = nvec >= 128 ? 4 : 2;
+  int cache = nvec >= 128 ? 4 : 2;
+  // Candidate (LTX_KERNELS_RMS_DECODE_C=2, read per call; benchmarks/ab_kernels.py --op
+  // rmsnorm_small): 2 vectors per thread for calls whose grid stays within one block per SM
+  // even then (decode-sized rows up to D = 4096 bf16): twice the threads per row, so the rows
+  // spread over twice the SMs and each thread's chain (loads, conversions, sums, stores) is
+  // half as long; the same instantiations as the per-head rows.
+  if (cache == 4 && nvec <= 2LL * kBlock && ab_switch("LTX_KERNELS_RMS_DECODE_C") == "2" &&
+      ceil_div(p.rows, kBlock / pow2_ceil(ceil_div(nvec, 2))) <= sm_count(device)) {
+    cache = 2;
+  }
   p.tpr = pow2_ceil(ceil_div(nvec, cache));
   const int64_t groups = kBlock / p.tpr;
   // The weight early when every block has one row group and there are at most as many

@@ -193,14 +193,28 @@ def test_one_dtype_kernel_few_rows_weight_early(rows, d, x_dtype, semantics):
     check_one_dtype_rows(rows, d, x_dtype, semantics, with_weight=True)
 
 
+# Candidates for decode-sized rows (developer switches, read per call): programmatic dependent
+# launch, 2 vectors per thread (twice the threads per row), both.
+DECODE_CANDIDATES = {
+    "pdl": {"LTX_KERNELS_PDL": "1"},
+    "decode_c2": {"LTX_KERNELS_RMS_DECODE_C": "2"},
+    "pdl_decode_c2": {"LTX_KERNELS_PDL": "1", "LTX_KERNELS_RMS_DECODE_C": "2"},
+}
+
+
 @requires_gpu
-@pytest.mark.parametrize("rows,d", [(1, 4096), (16, 4096), (32, 128), (4099, 8192)])
-def test_one_dtype_kernel_pdl_launch(monkeypatch, rows, d):
-    """LTX_KERNELS_PDL=1 (programmatic dependent launch, a candidate): the same results as
-    the module, one call at a time (decode-sized and many-wave grids)."""
-    monkeypatch.setenv("LTX_KERNELS_PDL", "1")
+@pytest.mark.parametrize("candidate", list(DECODE_CANDIDATES))
+@pytest.mark.parametrize("rows,d", [(1, 4096), (16, 4096), (7, 2056), (33, 2048), (131, 4096),
+                                    (32, 128), (4099, 8192)])
+def test_one_dtype_kernel_decode_candidates(monkeypatch, candidate, rows, d):
+    """The decode candidates give the module's results, one call at a time: decode-sized
+    grids (a row leaving threads idle: 2056), one at the SM count's edge (131 x 4096 with 2
+    vectors per thread: 131 blocks), and shapes they leave to the default (per-head, many rows)."""
+    for name, value in DECODE_CANDIDATES[candidate].items():
+        monkeypatch.setenv(name, value)
     for x_dtype in DTYPES:
-        check_one_dtype_rows(rows, d, x_dtype, "llama", with_weight=True)
+        for semantics in ("llama", "diffusers"):
+            check_one_dtype_rows(rows, d, x_dtype, semantics, with_weight=semantics == "llama")
 
 
 @requires_gpu
