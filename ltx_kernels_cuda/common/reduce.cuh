@@ -30,7 +30,8 @@ struct RowGroup {
 __device__ __forceinline__ RowGroup row_group_pow2(int tpr) {
   const int t = static_cast<int>(threadIdx.x);
   const int shift = __ffs(tpr) - 1;
-  return {tpr, t & (tpr - 1), t >> shift, static_cast<int>(blockDim.x) >> shift, (t & ~(tpr - 1)) >> 5};
+  return {tpr, t & (tpr - 1), t >> shift, static_cast<int>(blockDim.x) >> shift,
+          (t & ~(tpr - 1)) >> 5};
 }
 
 // Any tpr (plan_rows' multiples of 32).
