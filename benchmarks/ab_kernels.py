@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """A/B timing of our kernel variants for one op against its peers, in one process.
 
-    python benchmarks/ab_kernels.py [--op rmsnorm|rmsnorm_small|adaln|act|rope] [--rounds 3] [--methods clean,zero,graph]
+    python benchmarks/ab_kernels.py [--op rmsnorm|rmsnorm_small|adaln|act|rope|rope_small] [--rounds 3]
+        [--methods clean,zero,graph]
 
 Why: single bench_ops.py runs on the device moved peers by up to 2x between calls
 (2026-12-03/04: Liger rmsnorm 30 -> 96 µs, compile 39 -> 51 µs at one shape), so a
@@ -18,7 +19,7 @@ Two cold-L2 methods, side by side:
 Each method: bench_ops.cold_l2_us (median of per-call CUDA-event times); bench_ops.py
 times with the clean one since 2026-12-04. A third, ``graph``: per call under CUDA-graph
 replay (bench_ops.Timer.graph_us, warm L2), the small-shape target; the default for
-``--op rmsnorm_small`` (decode-sized rows) with ``clean``.
+``--op rmsnorm_small`` / ``rope_small`` (decode-sized calls) with ``clean``.
 
 Our variants are the same op called under the environment each op's VARIANTS names (the
 launchers read these per call: LTX_KERNELS_RMS_KERNEL=row forces rms_norm_kernel;
@@ -76,6 +77,11 @@ VARIANTS = {
     },
     "rope": {
         "ours": {},
+        "ours (PDL)": {"LTX_KERNELS_PDL": "1"},
+    },
+    "rope_small": {
+        "ours": {},
+        "ours (PDL)": {"LTX_KERNELS_PDL": "1"},
     },
 }
 
@@ -194,34 +200,43 @@ def act_cases(k, dev, g, liger_geglu):
     return cases
 
 
+def rope_case(k, dev, g, liger_rope, b, hq, hk, seq, dh, pos0=0):
+    """Llama rotate-half in transformers' layout (q, k views of [B, S, H, D]), bf16 tables
+    [B, S, dh] for positions pos0 .. pos0 + seq - 1 (decode: seq = 1 at a late position)."""
+    inv = 1.0 / (500000.0 ** (torch.arange(0, dh, 2, dtype=torch.float32, device=dev) / dh))
+    pos = torch.arange(pos0, pos0 + seq, dtype=torch.float32, device=dev)
+    fr = pos[:, None] * inv[None, :]
+    emb = torch.cat((fr, fr), -1)[None].expand(b, seq, dh)
+    cos, sin = emb.cos().to(torch.bfloat16).contiguous(), emb.sin().to(torch.bfloat16).contiguous()
+    q = torch.randn(b, seq, hq, dh, device=dev, generator=g).to(torch.bfloat16).transpose(1, 2)
+    kk = torch.randn(b, seq, hk, dh, device=dev, generator=g).to(torch.bfloat16).transpose(1, 2)
+    # Ours in place on its own copies as well (not checked, like the peers): whether the
+    # 2026-12-05 gap to Liger's in-place rotation (45.5 vs 43.5 µs) is the write pattern
+    # (writing the lines just read) rather than the kernel. (A function per case: the
+    # closures below see this case's tensors; built in a loop, the Liger row saw the last
+    # shape's tables until 2026-12-05 07:50.)
+    qi, ki = q.clone(), kk.clone()
+    peers = {"ours (in place)": lambda: k.rope_rotate_half(qi, ki, cos, sin, inplace=True)[0]}
+    if liger_rope is not None:  # rotates in place: its own copies
+        ql, kl = q.clone(), kk.clone()
+        peers["liger (in place)"] = lambda: liger_rope(ql, kl, cos, sin)
+    return Case(
+        f"rope_llama q{b}x{hq}x{seq}x{dh},k{hk}",
+        lambda: k.rope_rotate_half(q, kk, cos, sin)[0],
+        lambda q, kk, cos, sin: ref_rope_llama(q, kk, cos, sin)[0], (q, kk, cos, sin),
+        2 * nbytes(q, kk) + nbytes(cos, sin), peers)
+
+
 def rope_cases(k, dev, g, liger_rope):
-    """Llama rotate-half in transformers' layout (q, k views of [B, S, H, D]), bf16 tables."""
-    cases = []
-    for hq, hk, seq, dh in [(32, 8, 8192, 128), (32, 8, 2048, 128), (32, 32, 4096, 64)]:
-        inv = 1.0 / (500000.0 ** (torch.arange(0, dh, 2, dtype=torch.float32, device=dev) / dh))
-        fr = torch.arange(seq, dtype=torch.float32, device=dev)[:, None] * inv[None, :]
-        emb = torch.cat((fr, fr), -1)[None]
-        cos, sin = emb.cos().to(torch.bfloat16), emb.sin().to(torch.bfloat16)
-        q = torch.randn(1, seq, hq, dh, device=dev, generator=g).to(torch.bfloat16).transpose(1, 2)
-        kk = torch.randn(1, seq, hk, dh, device=dev, generator=g).to(torch.bfloat16).transpose(1, 2)
-        # Ours in place on its own copies as well (not checked, like the peers): whether the
-        # 2026-12-05 gap to Liger's in-place rotation (45.5 vs 43.5 µs) is the write pattern
-        # (writing the lines just read) rather than the kernel.
-        # (Every tensor is bound as an argument: a closure over the loop's cos / sin would see
-        # the last shape's tables, as the Liger row did before 2026-12-05 07:50.)
-        qi, ki = q.clone(), kk.clone()
-        peers = {"ours (in place)": (lambda qi, ki, cos, sin: lambda: k.rope_rotate_half(
-            qi, ki, cos, sin, inplace=True)[0])(qi, ki, cos, sin)}
-        if liger_rope is not None:  # rotates in place: its own copies
-            ql, kl = q.clone(), kk.clone()
-            peers["liger (in place)"] = (lambda ql, kl, cos, sin: lambda: liger_rope(ql, kl, cos, sin))(
-                ql, kl, cos, sin)
-        cases.append(Case(
-            f"rope_llama q1x{hq}x{seq}x{dh},k{hk}",
-            (lambda q, kk, cos, sin: lambda: k.rope_rotate_half(q, kk, cos, sin)[0])(q, kk, cos, sin),
-            (lambda q, kk, cos, sin: ref_rope_llama(q, kk, cos, sin)[0]), (q, kk, cos, sin),
-            2 * nbytes(q, kk) + nbytes(cos, sin), peers))
-    return cases
+    return [rope_case(k, dev, g, liger_rope, 1, hq, hk, seq, dh)
+            for hq, hk, seq, dh in [(32, 8, 8192, 128), (32, 8, 2048, 128), (32, 32, 4096, 64)]]
+
+
+def rope_small_cases(k, dev, g, liger_rope):
+    """Decode-sized rotations (one token of batch 1 and 16 at position 4095; a 256-token
+    prompt): the graph-replay shapes, where the PDL candidate may matter."""
+    return [rope_case(k, dev, g, liger_rope, b, 32, 8, seq, 128, pos0)
+            for b, seq, pos0 in [(1, 1, 4095), (16, 1, 4095), (1, 256, 0)]]
 
 
 def check(got, want):
@@ -235,7 +250,7 @@ def main(argv=None):
     ap.add_argument("--op", choices=sorted(VARIANTS), default="rmsnorm")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--methods", default=None,
-                    help="comma list of zero,clean,graph (default: graph,clean for rmsnorm_small, "
+                    help="comma list of zero,clean,graph (default: graph,clean for the *_small ops, "
                          "else zero,clean)")
     ap.add_argument("--no-compile", action="store_true")
     ap.add_argument("--match", default="", help="only cases whose name contains one of these "
@@ -250,7 +265,7 @@ def main(argv=None):
         "clean": timer.flush,  # bench_ops'
         "graph": None,  # per call under CUDA-graph replay (bench_ops' graph target; warm L2)
     }
-    names = args.methods or ("graph,clean" if args.op == "rmsnorm_small" else "zero,clean")
+    names = args.methods or ("graph,clean" if args.op.endswith("_small") else "zero,clean")
     methods = {m: all_methods[m] for m in names.split(",")}
     g = torch.Generator(device=dev).manual_seed(0)
     variants = VARIANTS[args.op]
@@ -265,6 +280,8 @@ def main(argv=None):
         cases = adaln_cases(k, dev, g, liger.get("modulated_rms_norm"))
     elif args.op == "act":
         cases = act_cases(k, dev, g, liger.get("geglu"))
+    elif args.op == "rope_small":
+        cases = rope_small_cases(k, dev, g, liger.get("rope"))
     else:
         cases = rope_cases(k, dev, g, liger.get("rope"))
     if args.match:

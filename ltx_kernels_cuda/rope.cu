@@ -18,6 +18,7 @@
 #include "../torch-ext/ops/rope_backward.h"
 #include "../torch-ext/torch_binding.h"
 #include "common/dispatch.cuh"
+#include "common/pdl.cuh"
 #include "common/vec.cuh"
 
 namespace ltx::cuda {
@@ -162,6 +163,10 @@ __global__ void __launch_bounds__(kBlock, kPacked ? kPackedMinBlocks : kMinBlock
 
   const Tc* cos = static_cast<const Tc*>(p.cos);
   const Tc* sin = static_cast<const Tc*>(p.sin);
+  // Launched with PDL (LTX_KERNELS_PDL=1, a candidate; common/pdl.cuh): wait for the previous
+  // kernel before the first global access, and let the next one be scheduled now.
+  pdl_wait();
+  pdl_launch_dependents();
 
   // Token t = s * batch + b, stepped by the grid without a 64-bit division (a call).
   const uint32_t t0 = blockIdx.x * static_cast<uint32_t>(per_block) + threadIdx.x / group;
@@ -408,6 +413,9 @@ void rope_rotate_launch(const at::Tensor& out0, const at::Tensor& in0, const at:
   const int64_t max_blocks = static_cast<int64_t>(sm_count(in0.device().index())) * 32;
   const unsigned grid = static_cast<unsigned>(std::min(ceil_div(tokens, per_block), max_blocks));
   const int64_t step = static_cast<int64_t>(grid) * per_block;
+  // Programmatic dependent launch: a candidate for decode-sized calls under CUDA graphs
+  // (benchmarks/ab_kernels.py --op rope_small), off unless asked for.
+  const bool pdl = ab_switch("LTX_KERNELS_PDL") == "1" && pdl_supported(in0.device().index());
   p.step_s = step / batch;
   p.step_b = step % batch;
 
@@ -424,9 +432,9 @@ void rope_rotate_launch(const at::Tensor& out0, const at::Tensor& in0, const at:
               if (interleaved) {
                 if constexpr (std::is_same_v<Tc, float>) {
                   if (pair) {
-                    rope_kernel<Tx, Tc, U, true, kInv, false, true><<<grid, kBlock, 0, stream>>>(p);
+                    launch_pdl(rope_kernel<Tx, Tc, U, true, kInv, false, true>, grid, kBlock, stream, pdl, p);
                   } else {
-                    rope_kernel<Tx, Tc, U, true, kInv><<<grid, kBlock, 0, stream>>>(p);
+                    launch_pdl(rope_kernel<Tx, Tc, U, true, kInv>, grid, kBlock, stream, pdl, p);
                   }
                   C10_CUDA_KERNEL_LAUNCH_CHECK();
                 } else {
@@ -434,10 +442,10 @@ void rope_rotate_launch(const at::Tensor& out0, const at::Tensor& in0, const at:
                 }
               } else if constexpr (!kInv && U == 8 && std::is_same_v<Tc, Tx> &&
                                    !std::is_same_v<Tx, float>) {
-                rope_kernel<Tx, Tc, U, false, false, true><<<grid, kBlock, 0, stream>>>(p);
+                launch_pdl(rope_kernel<Tx, Tc, U, false, false, true>, grid, kBlock, stream, pdl, p);
                 C10_CUDA_KERNEL_LAUNCH_CHECK();
               } else {
-                rope_kernel<Tx, Tc, U, false, kInv><<<grid, kBlock, 0, stream>>>(p);
+                launch_pdl(rope_kernel<Tx, Tc, U, false, kInv>, grid, kBlock, stream, pdl, p);
                 C10_CUDA_KERNEL_LAUNCH_CHECK();
               }
             };
