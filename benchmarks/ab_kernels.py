@@ -29,7 +29,9 @@ LTX_KERNELS_ADALN_MOD=early / late forcing when it loads scale / shift;
 LTX_KERNELS_GELU_TABLE=0 computes GELU of 16-bit dtypes instead of the lookup table;
 LTX_KERNELS_PDL=1 launches rms_norm_direct_kernel with programmatic dependent launch, a
 candidate for decode-sized calls under graph replay, common/pdl.cuh; LTX_KERNELS_RMS_DECODE_C=2
-gives decode-sized rows of up to 512 vectors 2 vectors per thread instead of 4).
+gives decode-sized rows of up to 512 vectors 2 vectors per thread instead of 4;
+LTX_KERNELS_ROW_GRID=resident launches the direct rmsnorm / AdaLN kernels on a persistent
+grid, grid-stride).
 Decided candidates leave their switch behind (2026-12-05: adaln_direct_kernel, the early
 weight, the GELU table, the packed rotate-half form became defaults; balanced row chunks
 were dropped); rmsnorm_small still times the decode shapes against the peers.
@@ -57,6 +59,7 @@ VARIANTS = {
         "ours": {},
         "ours (row kernel)": {"LTX_KERNELS_RMS_KERNEL": "row"},
         "ours (PDL)": {"LTX_KERNELS_PDL": "1"},
+        "ours (resident grid)": {"LTX_KERNELS_ROW_GRID": "resident"},
     },
     "rmsnorm_small": {
         "ours": {},
@@ -70,6 +73,7 @@ VARIANTS = {
         "ours (C=2)": {"LTX_KERNELS_ADALN_C": "2"},
         "ours (C=2, early mod)": {"LTX_KERNELS_ADALN_C": "2", "LTX_KERNELS_ADALN_MOD": "early"},
         "ours (C=2, late mod)": {"LTX_KERNELS_ADALN_C": "2", "LTX_KERNELS_ADALN_MOD": "late"},
+        "ours (resident grid)": {"LTX_KERNELS_ROW_GRID": "resident"},
     },
     "act": {
         "ours": {},

@@ -378,7 +378,7 @@ def test_broadcast_many_rows(shape, dtype, form):
 # for those calls (the modulation loaded with x for per-token rows, after the reduction
 # for broadcast ones); the kernels that take every other call (developer switch, read per
 # call: LTX_KERNELS_ADALN_KERNEL=row); the load order forced (LTX_KERNELS_ADALN_MOD); the
-# C = 2 candidate (LTX_KERNELS_ADALN_C=2, D <= 4096). Each on every shape: thousands of rows
+# C = 2 candidate (LTX_KERNELS_ADALN_C=2, D <= 4096); a persistent grid (LTX_KERNELS_ROW_GRID). Each on every shape: thousands of rows
 # (grid-stride loop), per-token and broadcast modulation, no shift, a width that leaves
 # threads idle in the last vector (5120), the widest it takes (8192), short rows (many rows
 # per block), LayerNorm, and rows enough for its grid-stride loop on an H200 (D = 8: 256
@@ -397,6 +397,8 @@ DIRECT_CHOICES = {
     "c2": {"LTX_KERNELS_ADALN_C": "2"},
     "c2_early": {"LTX_KERNELS_ADALN_C": "2", "LTX_KERNELS_ADALN_MOD": "early"},
     "c2_late": {"LTX_KERNELS_ADALN_C": "2", "LTX_KERNELS_ADALN_MOD": "late"},
+    # a persistent grid of the blocks that fit at once, grid-stride (LTX_KERNELS_ROW_GRID)
+    "resident": {"LTX_KERNELS_ROW_GRID": "resident"},
 }
 
 

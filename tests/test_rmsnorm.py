@@ -306,6 +306,16 @@ def test_long_rows(device, d):
 
 
 @requires_gpu
+@pytest.mark.parametrize("rows,d", [(4099, 8192), (40000, 128), (258048, 64), (777, 5120), (1, 4096)])
+def test_one_dtype_kernel_resident_grid(monkeypatch, rows, d):
+    """LTX_KERNELS_ROW_GRID=resident (a candidate): rms_norm_direct_kernel on a persistent
+    grid walks many row groups per block and gives the module's results."""
+    monkeypatch.setenv("LTX_KERNELS_ROW_GRID", "resident")
+    for x_dtype in DTYPES:
+        check_one_dtype_rows(rows, d, x_dtype, "llama", with_weight=True)
+
+
+@requires_gpu
 def test_many_rows_grid_stride():
     x = torch.randn(1_200_000, 64, device="cuda", dtype=torch.bfloat16)
     w = make_weight(64, torch.bfloat16, "cuda")

@@ -29,11 +29,20 @@ __device__ __forceinline__ BlockRows block_rows(int64_t rows, int groups) {
 // (no dynamic shared memory). A grid-stride loop covers rows beyond the grid; 64 blocks
 // per SM is plenty to balance. pdl: with programmatic dependent launch (common/pdl.cuh;
 // only for kernels that call pdl_wait first).
+// Candidate (LTX_KERNELS_ROW_GRID=resident, read per call; benchmarks/ab_kernels.py --op
+// rmsnorm / adaln): a persistent grid, only the blocks that fit the GPU at once, each walking
+// ~rows / grid rows grid-stride; no block launches after the first wave (per-head norms: 8064
+// one-iteration blocks of 32 rows today). The contiguous-chunk persistent order lost
+// (2026-12-05 03:16); this keeps the grid-stride order.
 template <typename Params>
 void launch_rows(void (*kernel)(Params), const Params& p, int block, int64_t groups,
                  int device, cudaStream_t stream, bool pdl = false) {
   const int64_t units = ceil_div(p.rows, groups);
-  const auto grid = static_cast<unsigned>(std::min(units, static_cast<int64_t>(sm_count(device)) * 64));
+  int64_t per_sm = 64;
+  if (ab_switch("LTX_KERNELS_ROW_GRID") == "resident") {
+    per_sm = resident_blocks(reinterpret_cast<const void*>(kernel), block, 0, device);
+  }
+  const auto grid = static_cast<unsigned>(std::min(units, static_cast<int64_t>(sm_count(device)) * per_sm));
   launch_pdl(kernel, grid, static_cast<unsigned>(block), stream, pdl, p);
 }
 
