@@ -11,6 +11,7 @@ from .util import (
     assert_ulp,
     kernel,
     misaligned,
+    replay_captured,
     requires_gpu,
     unit_roundoff,
 )
@@ -239,25 +240,16 @@ def test_one_dtype_kernel_pdl_chain(monkeypatch, graph):
             src = dst
         return src.clone()
 
+    def poison():
+        for b in bufs:
+            b.fill_(float("nan"))
+
     expected = chain()
     monkeypatch.setenv("LTX_KERNELS_PDL", "1")
     if graph:
-        g = torch.cuda.CUDAGraph()
-        s = torch.cuda.Stream()
-        s.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(s):
-            chain()  # warm-up on the capture stream
-        torch.cuda.current_stream().wait_stream(s)
-        with torch.cuda.graph(g):
-            out = chain()
-        for b in bufs:
-            b.fill_(float("nan"))
-        g.replay()
-        torch.cuda.synchronize()
-        got = out
+        got, _graph = replay_captured(chain, poison)
     else:
-        for b in bufs:
-            b.fill_(float("nan"))
+        poison()
         got = chain()
     assert torch.equal(got, expected)
 

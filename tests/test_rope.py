@@ -9,6 +9,7 @@ from .util import (
     HAS_GPU,
     kernel,
     misaligned,
+    replay_captured,
     requires_gpu,
     subnormal_spacing,
     unit_roundoff,
@@ -766,16 +767,7 @@ def test_pdl_chain(monkeypatch, graph):
     want_q, want_k = chain()
     monkeypatch.setenv("LTX_KERNELS_PDL", "1")
     if graph:
-        g = torch.cuda.CUDAGraph()
-        s = torch.cuda.Stream()
-        s.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(s):
-            chain()  # warm-up on the capture stream
-        torch.cuda.current_stream().wait_stream(s)
-        with torch.cuda.graph(g):
-            got_q, got_k = chain()
-        g.replay()
-        torch.cuda.synchronize()
+        (got_q, got_k), _graph = replay_captured(chain)
     else:
         got_q, got_k = chain()
     assert torch.equal(got_q, want_q) and torch.equal(got_k, want_k)

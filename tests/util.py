@@ -115,3 +115,22 @@ def misaligned(shape, dtype, device, offset):
         n *= s
     base = torch.randn(n + offset, device=device).to(dtype)
     return base[offset:].view(shape)
+
+
+def replay_captured(fn, before_replay=None):
+    """fn() warmed up on a side stream, captured into a CUDA graph and replayed once (after
+    before_replay(), e.g. poisoning buffers the graph writes). Returns (what the capture
+    returned, now filled by the replay; the graph, which the caller keeps while it reads them)."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = fn()
+    if before_replay is not None:
+        before_replay()
+    graph.replay()
+    torch.cuda.synchronize()
+    return out, graph
