@@ -503,8 +503,8 @@ constexpr int kAdaDirectMinBlocks = C <= 2 ? 4 : kEarly ? 2 : 4;
 // RMSNorm (H200 2026-12-05 05:11: 38.9 vs 35.4 µs at [2, 8064, 2048], 80% of copy), whose
 // Triton kernel loads x, scale and shift together, a few vectors per thread. C = 2 loading
 // early keeps 4 blocks per SM (the C = 4 early form fits 2 and was 26% slower) with 96 KB in
-// flight per SM and no dependent L2 round trip after the reduction. Asked for with LTX_KERNELS_ADALN_C=2 until a device call times it
-// (benchmarks/ab_kernels.py --op adaln).
+// flight per SM and no dependent L2 round trip after the reduction. Asked for with
+// LTX_KERNELS_ADALN_C=2 until a device call times it (benchmarks/ab_kernels.py --op adaln).
 template <typename T, bool kLayer, bool kEarly, int C>
 __global__ void __launch_bounds__(kDirectBlock, kAdaDirectMinBlocks<kEarly, C>)
     adaln_direct_kernel(AdaLnParams p) {

@@ -274,7 +274,7 @@ bool launch_rms_norm_direct(RmsNormParams p, int vec, int device, cudaStream_t s
   const bool early_w = p.w != nullptr && ceil_div(p.rows, groups) <= sm_count(device);
   // Programmatic dependent launch: a candidate for decode-sized calls under CUDA graphs
   // (benchmarks/ab_kernels.py --op rmsnorm_small times it), off unless asked for.
-  const bool pdl = ab_switch("LTX_KERNELS_PDL") == "1" && pdl_supported(device);
+  const bool pdl = pdl_requested(device);
   auto go = [&](auto kernel) { launch_rows(kernel, p, kBlock, groups, device, stream, pdl); };
   if (cache == 4) {
     early_w ? go(rms_norm_direct_kernel<T, kMid, 4, true>) : go(rms_norm_direct_kernel<T, kMid, 4, false>);

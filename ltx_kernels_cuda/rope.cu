@@ -415,7 +415,7 @@ void rope_rotate_launch(const at::Tensor& out0, const at::Tensor& in0, const at:
   const int64_t step = static_cast<int64_t>(grid) * per_block;
   // Programmatic dependent launch: a candidate for decode-sized calls under CUDA graphs
   // (benchmarks/ab_kernels.py --op rope_small), off unless asked for.
-  const bool pdl = ab_switch("LTX_KERNELS_PDL") == "1" && pdl_supported(in0.device().index());
+  const bool pdl = pdl_requested(in0.device().index());
   p.step_s = step / batch;
   p.step_b = step % batch;
 

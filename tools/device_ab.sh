@@ -7,8 +7,8 @@
 # process, clean cold-L2 flush), then the wider tests (LTX_AB_TESTS) with whatever time is
 # left of LTX_AB_LIMIT seconds. Each stage has its own timeout so earlier results come back.
 #   LTX_AB_OPS (default adaln,rmsnorm,rmsnorm_small,act,rope; also rope_small; the *_small ops
-#   under graph replay too), LTX_AB_ROUNDS (3), LTX_AB_S (per op at most, 100; each op gets an equal share of the
-#   time left, and one with under 30 s is skipped with a note),
+#   under graph replay too), LTX_AB_ROUNDS (3), LTX_AB_S (per op at most, 100; each op gets
+#   an equal share of the time left, and one with under 30 s is skipped with a note),
 #   LTX_AB_FIRST (default: the -k expression of the candidates' tests, FIRST below),
 #   LTX_AB_FIRST_S (its time limit, 150), LTX_AB_HOST (0: skip host_overhead.py),
 #   LTX_AB_TESTS (default "adaln or rmsnorm or gelu or geglu or rope"), LTX_AB_LIMIT (default 540)

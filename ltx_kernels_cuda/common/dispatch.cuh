@@ -19,6 +19,7 @@
 #include <mutex>
 #include <string_view>
 #include <tuple>
+#include <utility>
 
 #include "vec.cuh"
 
@@ -102,45 +103,44 @@ inline int sm_count(int device) {
   return counts[device];
 }
 
-// Blocks of `block` threads and `smem` dynamic shared bytes of `kernel` resident per SM at
-// once (at least 1), asked of the runtime once per (kernel, block, smem, device): persistent
-// grids size themselves with it, and the occupancy query is too slow for every launch.
-inline int resident_blocks(const void* kernel, int block, size_t smem, int device) {
-  using Key = std::tuple<const void*, int, size_t, int>;
+// ask() for `key` once, later calls answer from a map (thread-safe). For the runtime's
+// per-kernel queries: too slow to repeat on every launch. The statics belong to each caller's
+// instantiation (its lambda's type), so every query has its own map.
+template <typename Key, typename Ask>
+int memo_query(const Key& key, Ask ask) {
   static std::mutex mu;
   static std::map<Key, int> known;
-  const Key key{kernel, block, smem, device};
   {
     const std::lock_guard<std::mutex> lock(mu);
     const auto it = known.find(key);
     if (it != known.end()) return it->second;
   }
-  int occ = 0;
-  C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, kernel, block, smem));
-  occ = std::max(occ, 1);
+  const int value = ask();
   const std::lock_guard<std::mutex> lock(mu);
-  known[key] = occ;
-  return occ;
+  known[key] = value;
+  return value;
+}
+
+// Blocks of `block` threads and `smem` dynamic shared bytes of `kernel` resident per SM at
+// once (at least 1), asked of the runtime once per (kernel, block, smem, device): persistent
+// grids size themselves with it, and the occupancy query is too slow for every launch.
+inline int resident_blocks(const void* kernel, int block, size_t smem, int device) {
+  return memo_query(std::make_tuple(kernel, block, smem, device), [&] {
+    int occ = 0;
+    C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, kernel, block, smem));
+    return std::max(occ, 1);
+  });
 }
 
 // The most threads a block of `kernel` may have (its registers decide it), asked of the
 // runtime once per (kernel, device): cudaFuncGetAttributes is host time that every small
 // eager call paid when asked per launch.
 inline int max_block_threads(const void* kernel, int device) {
-  using Key = std::pair<const void*, int>;
-  static std::mutex mu;
-  static std::map<Key, int> known;
-  const Key key{kernel, device};
-  {
-    const std::lock_guard<std::mutex> lock(mu);
-    const auto it = known.find(key);
-    if (it != known.end()) return it->second;
-  }
-  cudaFuncAttributes attr;
-  C10_CUDA_CHECK(cudaFuncGetAttributes(&attr, kernel));
-  const std::lock_guard<std::mutex> lock(mu);
-  known[key] = attr.maxThreadsPerBlock;
-  return attr.maxThreadsPerBlock;
+  return memo_query(std::make_pair(kernel, device), [&] {
+    cudaFuncAttributes attr;
+    C10_CUDA_CHECK(cudaFuncGetAttributes(&attr, kernel));
+    return attr.maxThreadsPerBlock;
+  });
 }
 
 inline int pow2_ceil(int64_t v) {

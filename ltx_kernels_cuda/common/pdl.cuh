@@ -19,6 +19,8 @@
 
 #include <utility>
 
+#include "dispatch.cuh"
+
 namespace ltx::cuda {
 
 __device__ __forceinline__ void pdl_wait() {
@@ -45,6 +47,12 @@ inline bool pdl_supported(int device) {
     known[device] = major >= 9 ? 2 : 1;
   }
   return known[device] == 2;
+}
+
+// Whether a launch on `device` should use PDL: the candidate switch (LTX_KERNELS_PDL=1, read
+// per call; benchmarks/ab_kernels.py) on a GPU that has it. For kernels that call pdl_wait first.
+inline bool pdl_requested(int device) {
+  return ab_switch("LTX_KERNELS_PDL") == "1" && pdl_supported(device);
 }
 
 // kernel<<<grid, block, 0, stream>>>(args...), with the PDL attribute when `pdl` (the caller

@@ -25,6 +25,13 @@ __device__ __forceinline__ BlockRows block_rows(int64_t rows, int groups) {
           static_cast<int64_t>(gridDim.x) * groups};
 }
 
+// Blocks for `rows` rows, `groups` per block and iteration, at most `per_sm` blocks per SM
+// (a grid-stride loop covers the rest).
+inline unsigned row_grid(int64_t rows, int64_t groups, int per_sm, int device) {
+  return static_cast<unsigned>(
+      std::min(ceil_div(rows, groups), static_cast<int64_t>(sm_count(device)) * per_sm));
+}
+
 // Launches kernel(p) over p.rows rows, `groups` per block of `block` threads per iteration
 // (no dynamic shared memory). A grid-stride loop covers rows beyond the grid; 64 blocks
 // per SM is plenty to balance. pdl: with programmatic dependent launch (common/pdl.cuh;
@@ -37,13 +44,12 @@ __device__ __forceinline__ BlockRows block_rows(int64_t rows, int groups) {
 template <typename Params>
 void launch_rows(void (*kernel)(Params), const Params& p, int block, int64_t groups,
                  int device, cudaStream_t stream, bool pdl = false) {
-  const int64_t units = ceil_div(p.rows, groups);
-  int64_t per_sm = 64;
+  int per_sm = 64;
   if (ab_switch("LTX_KERNELS_ROW_GRID") == "resident") {
     per_sm = resident_blocks(reinterpret_cast<const void*>(kernel), block, 0, device);
   }
-  const auto grid = static_cast<unsigned>(std::min(units, static_cast<int64_t>(sm_count(device)) * per_sm));
-  launch_pdl(kernel, grid, static_cast<unsigned>(block), stream, pdl, p);
+  launch_pdl(kernel, row_grid(p.rows, groups, per_sm, device), static_cast<unsigned>(block),
+             stream, pdl, p);
 }
 
 // Launches kernel(p) for the row kernels that take any power-of-two tpr (rms_norm_kernel,
@@ -58,9 +64,7 @@ void launch_rows_pow2(void (*kernel)(Params), Params& p, int tpr_wanted, int min
   p.tpr = tpr_wanted;
   while (p.tpr > limit) p.tpr /= 2;  // any power of two is correct
   const int block = std::min(std::max(p.tpr, min_block), limit) / p.tpr * p.tpr;
-  const int64_t groups = block / p.tpr;
-  const int64_t max_blocks = static_cast<int64_t>(sm_count(device)) * 64;
-  kernel<<<static_cast<unsigned>(std::min(ceil_div(rows, groups), max_blocks)), block, 0, stream>>>(p);
+  kernel<<<row_grid(rows, block / p.tpr, 64, device), block, 0, stream>>>(p);
 }
 
 }  // namespace ltx::cuda
