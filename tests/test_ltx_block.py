@@ -87,6 +87,11 @@ def inputs(block, device, batch, frames, height, width, per_token):
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("per_token", [False, True])
 def test_ltx_block_with_kernels_matches_diffusers(device, per_token):
+    # Seeded: the output bound below is bf16's own noise on these inputs, and one flipped bf16
+    # rounding of the block's output (0.03125 at |y| in [4, 8)) can exceed a draw's noise when
+    # that noise happens to be small: unseeded, about 1 run in 100 per case failed (CPU,
+    # 2026-12-05, including a CI run), with the kernels unchanged.
+    torch.manual_seed(0)
     block = make_block(device)
     h, enc, temb, rotary, bias = inputs(block, device, 2, 3, 4, 6, per_token)
     with torch.no_grad():
