@@ -298,6 +298,18 @@ def test_long_rows(device, d):
 
 
 @requires_gpu
+@pytest.mark.parametrize("rows,d", [(4099, 8192), (40000, 128), (8064 * 32, 64), (777, 5120), (1, 4096)])
+@pytest.mark.parametrize("semantics", ["diffusers", "llama", "torch"])
+def test_one_dtype_kernel_l2_hint(monkeypatch, rows, d, semantics):
+    """LTX_KERNELS_L2_HINT=1 (a candidate): rms_norm_direct_kernel with x loaded evict_first
+    and the weight evict_last gives the module's results (both vector counts per thread;
+    1 x 4096 keeps the early-weight form, which takes no hint)."""
+    monkeypatch.setenv("LTX_KERNELS_L2_HINT", "1")
+    for x_dtype in DTYPES:
+        check_one_dtype_rows(rows, d, x_dtype, semantics, with_weight=True)
+
+
+@requires_gpu
 @pytest.mark.parametrize("rows,d", [(4099, 8192), (40000, 128), (258048, 64), (777, 5120), (1, 4096)])
 def test_one_dtype_kernel_resident_grid(monkeypatch, rows, d):
     """LTX_KERNELS_ROW_GRID=resident (a candidate): rms_norm_direct_kernel on a persistent
