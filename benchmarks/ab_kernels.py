@@ -31,7 +31,7 @@ LTX_KERNELS_PDL=1 launches rms_norm_direct_kernel with programmatic dependent la
 candidate for decode-sized calls under graph replay, common/pdl.cuh; LTX_KERNELS_RMS_DECODE_C=2
 gives decode-sized rows of up to 512 vectors 2 vectors per thread instead of 4;
 LTX_KERNELS_ROW_GRID=resident launches the direct rmsnorm / AdaLN kernels on a persistent
-grid, grid-stride; LTX_KERNELS_L2_HINT=1 loads rmsnorm's x evict_first and its weight
+grid, grid-stride; LTX_KERNELS_L2_HINT=1 loads rmsnorm's and AdaLN's x evict_first and rmsnorm's weight
 evict_last in L2, as inductor's persistent reductions do).
 Decided candidates leave their switch behind (2026-12-05: adaln_direct_kernel, the early
 weight, the GELU table, the packed rotate-half form became defaults; balanced row chunks
@@ -76,6 +76,7 @@ VARIANTS = {
         "ours (C=2, early mod)": {"LTX_KERNELS_ADALN_C": "2", "LTX_KERNELS_ADALN_MOD": "early"},
         "ours (C=2, late mod)": {"LTX_KERNELS_ADALN_C": "2", "LTX_KERNELS_ADALN_MOD": "late"},
         "ours (resident grid)": {"LTX_KERNELS_ROW_GRID": "resident"},
+        "ours (L2 hints)": {"LTX_KERNELS_L2_HINT": "1"},
     },
     "act": {
         "ours": {},

@@ -505,10 +505,12 @@ constexpr int kAdaDirectMinBlocks = C <= 2 ? 4 : kEarly ? 2 : 4;
 // early keeps 4 blocks per SM (the C = 4 early form fits 2 and was 26% slower) with 96 KB in
 // flight per SM and no dependent L2 round trip after the reduction. Asked for with
 // LTX_KERNELS_ADALN_C=2 until a device call times it (benchmarks/ab_kernels.py --op adaln).
-template <typename T, bool kLayer, bool kEarly, int C>
+// kHint: x loaded evict_first in L2 (a candidate, LTX_KERNELS_L2_HINT=1; see Vec::load_hint).
+template <typename T, bool kLayer, bool kEarly, int C, bool kHint = false>
 __global__ void __launch_bounds__(kDirectBlock, kAdaDirectMinBlocks<kEarly, C>)
     adaln_direct_kernel(AdaLnParams p) {
   constexpr int N = 16 / static_cast<int>(sizeof(T));
+  constexpr L2Hint kHx = kHint ? L2Hint::kEvictFirst : L2Hint::kNone;
   constexpr int CM = kEarly ? C : 1;  // modulation vectors held across the reduction
   using V = Vec<T, N>;
   __shared__ float scratch_mem[kRowScratchFloats];
@@ -535,7 +537,7 @@ __global__ void __launch_bounds__(kDirectBlock, kAdaDirectMinBlocks<kEarly, C>)
 #pragma unroll
     for (int i = 0; i < C; ++i) {
       const int j = lane + i * p.tpr;
-      if (active && j < nvec) xc[i] = V::load(xr + j * N);
+      if (active && j < nvec) xc[i] = V::template load_hint<kHx>(xr + j * N);
     }
     int64_t off[2];
     if constexpr (kEarly) {
@@ -598,6 +600,9 @@ bool launch_adaln_direct(AdaLnParams p, int vec, bool early, int device, cudaStr
   auto go = [&](auto kernel) { launch_rows(kernel, p, kDirectBlock, groups, device, stream); };
   if (c2) {
     early ? go(adaln_direct_kernel<T, kLayer, true, 2>) : go(adaln_direct_kernel<T, kLayer, false, 2>);
+  } else if (ab_switch("LTX_KERNELS_L2_HINT") == "1") {  // candidate, see the kernel
+    early ? go(adaln_direct_kernel<T, kLayer, true, kDirectCached, true>)
+          : go(adaln_direct_kernel<T, kLayer, false, kDirectCached, true>);
   } else {
     early ? go(adaln_direct_kernel<T, kLayer, true, kDirectCached>)
           : go(adaln_direct_kernel<T, kLayer, false, kDirectCached>);

@@ -399,6 +399,9 @@ DIRECT_CHOICES = {
     "c2_late": {"LTX_KERNELS_ADALN_C": "2", "LTX_KERNELS_ADALN_MOD": "late"},
     # a persistent grid of the blocks that fit at once, grid-stride (LTX_KERNELS_ROW_GRID)
     "resident": {"LTX_KERNELS_ROW_GRID": "resident"},
+    # x loaded evict_first in L2 (LTX_KERNELS_L2_HINT, both load orders)
+    "l2_hint": {"LTX_KERNELS_L2_HINT": "1"},
+    "l2_hint_early": {"LTX_KERNELS_L2_HINT": "1", "LTX_KERNELS_ADALN_MOD": "early"},
 }
 
 
