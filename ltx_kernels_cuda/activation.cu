@@ -201,18 +201,14 @@ inline int row_block(ActParams& p, int U, int max_block) {
 // Measured (H200 bf16 [2, 8064, 8192], 2026-12-05, benchmarks/ab_kernels.py): tanh 150.0 ->
 // 139.7 µs, erf 168.5 -> 138.4 µs. GEGLU keeps act_kernel: its table form was 1-2% slower
 // (one lookup per 6 bytes moved instead of 4, so the bank conflicts show).
-// LTX_KERNELS_GELU_TABLE=0 (read per call: a developer's A/B switch) turns the table off.
+// LTX_KERNELS_GELU_TABLE=0 (read per call: a developer's A/B switch) turns the table off;
+// LTX_KERNELS_GELU_TABLE=compact asks for the compact table (a candidate, CompactLookup).
 constexpr int kTableEntries = 1 << 16;
-constexpr size_t kTableBytes = kTableEntries * sizeof(uint16_t);
-constexpr int kTableBlock = 1024;
 // Calls smaller than this keep act_kernel: every block reads the whole table first.
 constexpr int64_t kTableMinElements = int64_t{1} << 22;
 
-// One table per (kind, dtype) and device: a module global, so each device has its own.
-__device__ __align__(16) uint16_t g_gelu_tables[2][2][kTableEntries];  // 16-byte copies
-
 template <typename T>
-__device__ __forceinline__ uint16_t bits_of(T v) {
+__host__ __device__ __forceinline__ uint16_t bits_of(T v) {
   uint16_t b;
   memcpy(&b, &v, sizeof(b));
   return b;
@@ -224,12 +220,107 @@ __device__ __forceinline__ T from_bits(uint16_t b) {
   return v;
 }
 
+// The whole table: entry b is GELU of bit pattern b. One 1024-thread block per SM.
+struct FullLookup {
+  static constexpr bool kCompact = false;
+  static constexpr int kEntries = kTableEntries;
+  static constexpr int kBlockThreads = 1024;
+  static constexpr int kMinBlocks = 1;
+  __device__ __forceinline__ static uint16_t pattern(int i) { return static_cast<uint16_t>(i); }
+};
+
+// Magnitudes the compact table holds: bit patterns [kLo, kLo + kSpan) of |x|, i.e.
+// 2^-16 <= |x| < 8 for bf16 (2 x 2432 entries, 9.5 KB) and 2^-14 <= |x| < 8 for fp16 (its
+// normal numbers below 8: 2 x 17408 entries, 68 KB). Positive floats order like their bit
+// patterns, so a band of magnitudes is one range of patterns per sign.
+template <typename T>
+struct CompactBand;
+template <>
+struct CompactBand<__nv_bfloat16> {
+  static constexpr uint32_t kLo = 111u << 7;            // 2^-16: biased exponent 111
+  static constexpr uint32_t kSpan = (130u << 7) - kLo;  // up to 2^3: exponent 130
+};
+template <>
+struct CompactBand<__half> {
+  static constexpr uint32_t kLo = 1u << 10;             // 2^-14, the smallest normal
+  static constexpr uint32_t kSpan = (18u << 10) - kLo;  // up to 2^3: exponent 18
+};
+
+// Candidate (LTX_KERNELS_GELU_TABLE=compact): the table only for the magnitudes activations
+// take, [sign][pattern - kLo]; a vector with any element outside the band (zeros, |x| >= 8,
+// tiny values, inf / NaN: rare in activations) is computed instead, so it stays bit-exact.
+// Why: the 128 KB table costs every SM a 128 KB copy before its first store (17 MB of L2
+// reads at once on an H200) and holds the SM to one 1024-thread block; 9.5 KB (bf16) lets
+// three 512-thread blocks share an SM and copies 1/13 of the bytes. The shared-memory bank
+// conflicts of the lookups stay as they are (the same entries are hot).
 template <typename T, GeluKind K>
+struct CompactLookup {
+  static constexpr bool kCompact = true;
+  static constexpr uint32_t kLo = CompactBand<T>::kLo;
+  static constexpr uint32_t kSpan = CompactBand<T>::kSpan;
+  static constexpr int kEntries = static_cast<int>(2 * kSpan);
+  static constexpr int kBlockThreads = 512;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1200
+  static constexpr int kMinBlocks = 2;  // CUDA 13.0's ptxas spills 24-32 bytes under 3 there
+#else
+  static constexpr int kMinBlocks = 3;
+#endif
+  __device__ __forceinline__ static uint16_t pattern(int i) {
+    const uint32_t u = static_cast<uint32_t>(i);
+    return static_cast<uint16_t>((u >= kSpan ? 0x8000u : 0u) | (kLo + u % kSpan));
+  }
+};
+
+constexpr int kCompactMaxEntries = CompactLookup<__half, GeluKind::kTanh>::kEntries;
+static_assert(CompactLookup<__nv_bfloat16, GeluKind::kTanh>::kEntries <= kCompactMaxEntries);
+static_assert(kCompactMaxEntries * 2 % 16 == 0 &&
+              CompactLookup<__nv_bfloat16, GeluKind::kTanh>::kEntries * 2 % 16 == 0,
+              "tables are copied 16 bytes at a time");
+
+// The kernel that reads L's table of kind K: the full table's kernel never computes, so
+// one instantiation serves both kinds.
+template <GeluKind K, class L>
+constexpr GeluKind kTableKernelKind = L::kCompact ? K : GeluKind::kTanh;
+
+// One table per (kind, dtype) and device: module globals, so each device has its own.
+__device__ __align__(16) uint16_t g_gelu_tables[2][2][kTableEntries];  // 16-byte copies
+__device__ __align__(16) uint16_t g_gelu_compact_tables[2][2][kCompactMaxEntries];
+
+template <typename T, GeluKind K, class L>
 __global__ void build_gelu_table_kernel(uint16_t* table) {
-  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < kTableEntries; i += gridDim.x * blockDim.x) {
-    const T x = from_bits<T>(static_cast<uint16_t>(i));
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < L::kEntries; i += gridDim.x * blockDim.x) {
+    const T x = from_bits<T>(L::pattern(i));
     table[i] = bits_of(act<T, K, false>(x, x));
   }
+}
+
+// The compact table's rare path: a whole vector computed. Not inlined, so its registers
+// (tanhf / erff of 8 elements) do not count against the table loop's (40 at 3 x 512 threads).
+template <typename T, GeluKind K, int N>
+__device__ __noinline__ Vec<T, N> computed_vec(const Vec<T, N> x) {
+  return act_vec<T, N, K, false>(x, x);
+}
+
+// GELU of one vector from the table in shared memory.
+template <typename T, GeluKind K, class L, int N>
+__device__ __forceinline__ Vec<T, N> table_vec(const Vec<T, N>& x, const uint16_t* tab) {
+  Vec<T, N> o;
+  if constexpr (!L::kCompact) {
+#pragma unroll
+    for (int k = 0; k < N; ++k) o.v[k] = from_bits<T>(tab[bits_of(x.v[k])]);
+  } else {
+    bool outside = false;
+#pragma unroll
+    for (int k = 0; k < N; ++k) {
+      const uint32_t b = bits_of(x.v[k]);
+      const uint32_t i = (b & 0x7fffu) - L::kLo;  // wraps below the band
+      const bool in = i < L::kSpan;
+      outside |= !in;
+      o.v[k] = from_bits<T>(tab[in ? i + (b >> 15) * L::kSpan : 0]);
+    }
+    if (outside) o = computed_vec<T, K, N>(x);  // rare: computed, all N
+  }
+  return o;
 }
 
 // Geometry of a table launch: tiles of `groups` rows x U * tpr vectors, walked by
@@ -239,8 +330,8 @@ struct TableGrid {
   int64_t tiles;
 };
 
-template <typename T>
-__global__ void __launch_bounds__(kTableBlock, 1)
+template <typename T, GeluKind K, class L>
+__global__ void __launch_bounds__(L::kBlockThreads, L::kMinBlocks)
     act_table_kernel(ActParams p, const uint16_t* table, TableGrid tg) {
   static_assert(sizeof(T) == 2, "16-bit dtypes");
   constexpr int N = 8;
@@ -280,7 +371,7 @@ __global__ void __launch_bounds__(kTableBlock, 1)
     if (!have_table) {  // the first tile's loads are in flight meanwhile
       const uint4* src = reinterpret_cast<const uint4*>(table);
       uint4* dst = reinterpret_cast<uint4*>(tab);
-      for (int i = threadIdx.x; i < static_cast<int>(kTableBytes / sizeof(uint4)); i += blockDim.x) {
+      for (int i = threadIdx.x; i < L::kEntries * 2 / static_cast<int>(sizeof(uint4)); i += blockDim.x) {
         dst[i] = src[i];
       }
       __syncthreads();
@@ -288,26 +379,24 @@ __global__ void __launch_bounds__(kTableBlock, 1)
     }
 #pragma unroll
     for (int u = 0; u < U; ++u) {
-      if (!live[u]) continue;
-      V o;
-#pragma unroll
-      for (int k = 0; k < N; ++k) o.v[k] = from_bits<T>(tab[bits_of(xv[u].v[k])]);
-      o.store(out + oi + u * du);
+      if (live[u]) table_vec<T, K, L, N>(xv[u], tab).store(out + oi + u * du);
     }
   }
   // The single-row tail (elements after the last whole vector): block 0, which had a tile.
   if (blockIdx.x == 0 && static_cast<int>(threadIdx.x) < p.tail) {
     const int64_t c = p.nvec * N + threadIdx.x;
-    out[c] = from_bits<T>(tab[bits_of(x[c])]);
+    out[c] = table_vec<T, K, L, 1>(Vec<T, 1>{{x[c]}}, tab).v[0];
   }
 }
 
-// The device's table for (T, K), built on first use; nullptr where the table path cannot
-// run: a device without 128 KB of opt-in shared memory per block (sm_75 / 86 / 89 / 120),
-// or a first use inside CUDA-graph capture (the build must not become part of the graph).
-template <typename T, GeluKind K>
+// The device's table for (T, K, L), built on first use; nullptr where the table path
+// cannot run: a device without the table's opt-in shared memory per block (the 128 KB
+// table: sm_75 / 86 / 89 / 120), or a first use inside CUDA-graph capture (the build must
+// not become part of the graph).
+template <typename T, GeluKind K, class L>
 const uint16_t* gelu_table(int device, cudaStream_t stream) {
   constexpr int kMaxDevices = 64;
+  constexpr int kBytes = L::kEntries * static_cast<int>(sizeof(uint16_t));
   static std::mutex mu;
   static int state[kMaxDevices] = {};  // 0 unknown, 1 built, -1 not possible
   static uint16_t* built[kMaxDevices] = {};
@@ -315,31 +404,57 @@ const uint16_t* gelu_table(int device, cudaStream_t stream) {
   const std::lock_guard<std::mutex> lock(mu);
   if (state[device] != 0) return state[device] > 0 ? built[device] : nullptr;
   void* base = nullptr;  // this device's copy of the module global (the guard set the device)
-  C10_CUDA_CHECK(cudaGetSymbolAddress(&base, g_gelu_tables));
+  const int slot = static_cast<int>(K) * 2 + (std::is_same_v<T, __half> ? 1 : 0);
+  if constexpr (L::kCompact) {
+    C10_CUDA_CHECK(cudaGetSymbolAddress(&base, g_gelu_compact_tables));
+  } else {
+    C10_CUDA_CHECK(cudaGetSymbolAddress(&base, g_gelu_tables));
+  }
   uint16_t* table = static_cast<uint16_t*>(base) +
-                    (static_cast<int>(K) * 2 + (std::is_same_v<T, __half> ? 1 : 0)) * kTableEntries;
+                    slot * (L::kCompact ? kCompactMaxEntries : kTableEntries);
   int optin = 0;
   C10_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-  if (static_cast<size_t>(optin) < kTableBytes) {
+  if (optin < kBytes) {
     state[device] = -1;
     return nullptr;
   }
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   C10_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
   if (capture != cudaStreamCaptureStatusNone) return nullptr;  // built on a later call
-  build_gelu_table_kernel<T, K><<<64, 1024, 0, stream>>>(table);
+  build_gelu_table_kernel<T, K, L><<<64, 1024, 0, stream>>>(table);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   // Later calls may come on other streams: the table must be complete before any of them.
   C10_CUDA_CHECK(cudaStreamSynchronize(stream));
-  C10_CUDA_CHECK(cudaFuncSetAttribute(reinterpret_cast<const void*>(act_table_kernel<T>),
-                                      cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                      static_cast<int>(kTableBytes)));
+  C10_CUDA_CHECK(cudaFuncSetAttribute(
+      reinterpret_cast<const void*>(act_table_kernel<T, kTableKernelKind<K, L>, L>),
+                                      cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes));
   built[device] = table;
   state[device] = 1;
   return table;
 }
 
-// Launches act_table_kernel for a GELU call (not gated) that suits it (a 16-bit dtype,
+// Launches act_table_kernel<T, K, L>; false, launching nothing, where its table cannot be had.
+template <typename T, GeluKind K, class L>
+bool launch_table_kernel(ActParams p, int device, cudaStream_t stream) {
+  const uint16_t* table = gelu_table<T, K, L>(device, stream);
+  if (table == nullptr) return false;
+  constexpr int U = kUnroll<false>;
+  constexpr size_t kBytes = L::kEntries * sizeof(uint16_t);
+  const int block = row_block(p, U, L::kBlockThreads);
+  const int64_t groups = block / p.tpr;
+  TableGrid tg{};
+  tg.col_tiles = ceil_div(p.nvec, static_cast<int64_t>(U) * p.tpr);
+  tg.tiles = ceil_div(p.rows, groups) * tg.col_tiles;
+  const auto kernel = act_table_kernel<T, kTableKernelKind<K, L>, L>;
+  const int per_sm = resident_blocks(reinterpret_cast<const void*>(kernel), block, kBytes, device);
+  const auto grid = static_cast<unsigned>(
+      std::min<int64_t>(tg.tiles, static_cast<int64_t>(sm_count(device)) * per_sm));
+  kernel<<<grid, block, kBytes, stream>>>(p, table, tg);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  return true;
+}
+
+// Launches the table kernel for a GELU call (not gated) that suits it (a 16-bit dtype,
 // 16-byte vectors, at least kTableMinElements, the table not switched off); false otherwise.
 template <typename T>
 bool launch_act_table(ActParams p, int vec, GeluKind kind, int device, cudaStream_t stream) {
@@ -347,23 +462,16 @@ bool launch_act_table(ActParams p, int vec, GeluKind kind, int device, cudaStrea
     return false;
   } else {
     if (vec != 8 || p.rows * p.nvec * 8 < kTableMinElements) return false;
-    if (ab_switch("LTX_KERNELS_GELU_TABLE") == "0") return false;
-    const uint16_t* table = kind == GeluKind::kTanh ? gelu_table<T, GeluKind::kTanh>(device, stream)
-                                                    : gelu_table<T, GeluKind::kErf>(device, stream);
-    if (table == nullptr) return false;
-    constexpr int U = kUnroll<false>;
-    const int block = row_block(p, U, kTableBlock);
-    const int64_t groups = block / p.tpr;
-    TableGrid tg{};
-    tg.col_tiles = ceil_div(p.nvec, static_cast<int64_t>(U) * p.tpr);
-    tg.tiles = ceil_div(p.rows, groups) * tg.col_tiles;
-    const auto kernel = act_table_kernel<T>;
-    const int per_sm = resident_blocks(reinterpret_cast<const void*>(kernel), block, kTableBytes, device);
-    const auto grid = static_cast<unsigned>(
-        std::min<int64_t>(tg.tiles, static_cast<int64_t>(sm_count(device)) * per_sm));
-    kernel<<<grid, block, kTableBytes, stream>>>(p, table, tg);
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
-    return true;
+    const auto mode = ab_switch("LTX_KERNELS_GELU_TABLE");
+    if (mode == "0") return false;
+    if (mode == "compact") {
+      return kind == GeluKind::kTanh
+                 ? launch_table_kernel<T, GeluKind::kTanh, CompactLookup<T, GeluKind::kTanh>>(p, device, stream)
+                 : launch_table_kernel<T, GeluKind::kErf, CompactLookup<T, GeluKind::kErf>>(p, device, stream);
+    }
+    return kind == GeluKind::kTanh
+               ? launch_table_kernel<T, GeluKind::kTanh, FullLookup>(p, device, stream)
+               : launch_table_kernel<T, GeluKind::kErf, FullLookup>(p, device, stream);
   }
 }
 

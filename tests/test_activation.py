@@ -182,10 +182,12 @@ def test_gelu_every_half_value(device, dtype, approximate):
 @requires_gpu
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("approximate", APPROX)
-@pytest.mark.parametrize("table", ["", "0"], ids=["table", "computed"])
+@pytest.mark.parametrize("table", ["", "compact", "0"], ids=["table", "compact", "computed"])
 def test_table_path_every_half_value(monkeypatch, dtype, approximate, table):
     """GELU calls large enough for the lookup-table kernel (act_table_kernel: >= 2**22
-    elements of a 16-bit dtype) and, with LTX_KERNELS_GELU_TABLE=0, the same calls computed:
+    elements of a 16-bit dtype), the compact-table candidate (LTX_KERNELS_GELU_TABLE=compact:
+    a table for 2^-16 / 2^-14 <= |x| < 8, the rest computed) and, with LTX_KERNELS_GELU_TABLE=0,
+    the same calls computed:
     every 16-bit pattern many times over, bit-exact vs eager; one long row with a scalar
     tail, a strided row layout; GEGLU (never the table) beside them."""
     if table:
