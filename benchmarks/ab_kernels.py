@@ -27,7 +27,8 @@ LTX_KERNELS_ADALN_KERNEL=row the AdaLN kernels other than adaln_direct_kernel;
 LTX_KERNELS_ADALN_C=2 the candidate adaln_direct_kernel with 2 vectors per thread,
 LTX_KERNELS_ADALN_MOD=early / late forcing when it loads scale / shift;
 LTX_KERNELS_GELU_TABLE=0 computes GELU of 16-bit dtypes instead of the lookup table,
-LTX_KERNELS_GELU_TABLE=compact uses the compact table (|x| < 8 and not tiny);
+LTX_KERNELS_GELU_TABLE=compact uses the compact table (|x| < 8 and not tiny), and
+LTX_KERNELS_GEGLU_TABLE=compact for GEGLU's GELU;
 LTX_KERNELS_PDL=1 launches rms_norm_direct_kernel with programmatic dependent launch, a
 candidate for decode-sized calls under graph replay, common/pdl.cuh; LTX_KERNELS_RMS_DECODE_C=2
 gives decode-sized rows of up to 512 vectors 2 vectors per thread instead of 4;
@@ -82,7 +83,7 @@ VARIANTS = {
     "act": {
         "ours": {},
         "ours (computed)": {"LTX_KERNELS_GELU_TABLE": "0"},
-        "ours (compact table)": {"LTX_KERNELS_GELU_TABLE": "compact"},
+        "ours (compact table)": {"LTX_KERNELS_GELU_TABLE": "compact", "LTX_KERNELS_GEGLU_TABLE": "compact"},
     },
     "rope": {
         "ours": {},

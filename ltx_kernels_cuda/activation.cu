@@ -330,15 +330,31 @@ struct TableGrid {
   int64_t tiles;
 };
 
-template <typename T, GeluKind K, class L>
-__global__ void __launch_bounds__(L::kBlockThreads, L::kMinBlocks)
+// out = GELU(gate) from the table, or value * GELU(gate) (kGated: the GELU in T, then the
+// product in fp32 rounded once, as eager's `h * F.gelu(g)`).
+template <typename T, int N, bool kGated>
+__device__ __forceinline__ Vec<T, N> gated_product(const Vec<T, N>& g, const Vec<T, N>& v) {
+  if constexpr (!kGated) {
+    return g;
+  } else {
+    float r[N];
+#pragma unroll
+    for (int k = 0; k < N; ++k) r[k] = to_float(v.v[k]) * to_float(g.v[k]);
+    return pack_from_float<T, N>(r);
+  }
+}
+
+// The gated form holds two operands' vectors: capped for 3 blocks it spilled (sm_90), so 2.
+template <typename T, GeluKind K, class L, bool kGated>
+__global__ void __launch_bounds__(L::kBlockThreads, kGated ? std::min(2, L::kMinBlocks) : L::kMinBlocks)
     act_table_kernel(ActParams p, const uint16_t* table, TableGrid tg) {
   static_assert(sizeof(T) == 2, "16-bit dtypes");
   constexpr int N = 8;
-  constexpr int U = kUnroll<false>;
+  constexpr int U = kUnroll<kGated>;
   using V = Vec<T, N>;
   extern __shared__ __align__(16) uint16_t tab[];
   const T* x = static_cast<const T*>(p.gate);
+  const T* value = static_cast<const T*>(p.value);
   T* out = static_cast<T*>(p.out);
   const int lane = static_cast<int>(threadIdx.x) % p.tpr;
   const int sub = static_cast<int>(threadIdx.x) / p.tpr;
@@ -363,10 +379,14 @@ __global__ void __launch_bounds__(L::kBlockThreads, L::kMinBlocks)
     const int64_t oi = (active ? row : 0) * p.out_stride + j0 * N;
     bool live[U];
     V xv[U];
+    [[maybe_unused]] V vv[kGated ? U : 1];
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       live[u] = active && j0 + static_cast<int64_t>(u) * p.tpr < p.nvec;
-      if (live[u]) xv[u] = V::load(x + xi + u * du);
+      if (live[u]) {
+        xv[u] = V::load(x + xi + u * du);
+        if constexpr (kGated) vv[u] = V::load(value + xi + u * du);
+      }
     }
     if (!have_table) {  // the first tile's loads are in flight meanwhile
       const uint4* src = reinterpret_cast<const uint4*>(table);
@@ -379,13 +399,17 @@ __global__ void __launch_bounds__(L::kBlockThreads, L::kMinBlocks)
     }
 #pragma unroll
     for (int u = 0; u < U; ++u) {
-      if (live[u]) table_vec<T, K, L, N>(xv[u], tab).store(out + oi + u * du);
+      if (live[u]) {
+        gated_product<T, N, kGated>(table_vec<T, K, L, N>(xv[u], tab), vv[kGated ? u : 0])
+            .store(out + oi + u * du);
+      }
     }
   }
   // The single-row tail (elements after the last whole vector): block 0, which had a tile.
   if (blockIdx.x == 0 && static_cast<int>(threadIdx.x) < p.tail) {
     const int64_t c = p.nvec * N + threadIdx.x;
-    out[c] = table_vec<T, K, L, 1>(Vec<T, 1>{{x[c]}}, tab).v[0];
+    const Vec<T, 1> g = table_vec<T, K, L, 1>(Vec<T, 1>{{x[c]}}, tab);
+    out[c] = gated_product<T, 1, kGated>(g, Vec<T, 1>{{kGated ? value[c] : x[c]}}).v[0];
   }
 }
 
@@ -425,27 +449,31 @@ const uint16_t* gelu_table(int device, cudaStream_t stream) {
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   // Later calls may come on other streams: the table must be complete before any of them.
   C10_CUDA_CHECK(cudaStreamSynchronize(stream));
-  C10_CUDA_CHECK(cudaFuncSetAttribute(
-      reinterpret_cast<const void*>(act_table_kernel<T, kTableKernelKind<K, L>, L>),
-                                      cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes));
   built[device] = table;
   state[device] = 1;
   return table;
 }
 
-// Launches act_table_kernel<T, K, L>; false, launching nothing, where its table cannot be had.
-template <typename T, GeluKind K, class L>
+// Launches act_table_kernel<T, K, L, kGated>; false, launching nothing, where its table
+// cannot be had.
+template <typename T, GeluKind K, class L, bool kGated>
 bool launch_table_kernel(ActParams p, int device, cudaStream_t stream) {
   const uint16_t* table = gelu_table<T, K, L>(device, stream);
   if (table == nullptr) return false;
-  constexpr int U = kUnroll<false>;
+  constexpr int U = kUnroll<kGated>;
   constexpr size_t kBytes = L::kEntries * sizeof(uint16_t);
   const int block = row_block(p, U, L::kBlockThreads);
   const int64_t groups = block / p.tpr;
   TableGrid tg{};
   tg.col_tiles = ceil_div(p.nvec, static_cast<int64_t>(U) * p.tpr);
   tg.tiles = ceil_div(p.rows, groups) * tg.col_tiles;
-  const auto kernel = act_table_kernel<T, kTableKernelKind<K, L>, L>;
+  const auto kernel = act_table_kernel<T, kTableKernelKind<K, L>, L, kGated>;
+  // Over 48 KB of dynamic shared memory is opt-in, per kernel and device (once each).
+  memo_query(std::make_pair(reinterpret_cast<const void*>(kernel), device), [&] {
+    C10_CUDA_CHECK(cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel),
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kBytes)));
+    return 1;
+  });
   const int per_sm = resident_blocks(reinterpret_cast<const void*>(kernel), block, kBytes, device);
   const auto grid = static_cast<unsigned>(
       std::min<int64_t>(tg.tiles, static_cast<int64_t>(sm_count(device)) * per_sm));
@@ -454,24 +482,26 @@ bool launch_table_kernel(ActParams p, int device, cudaStream_t stream) {
   return true;
 }
 
-// Launches the table kernel for a GELU call (not gated) that suits it (a 16-bit dtype,
-// 16-byte vectors, at least kTableMinElements, the table not switched off); false otherwise.
-template <typename T>
+// Launches a table kernel for a call that suits it (a 16-bit dtype, 16-byte vectors, at
+// least kTableMinElements); false otherwise. GELU: the full table unless
+// LTX_KERNELS_GELU_TABLE says 0 (computed) or compact. GEGLU: computed unless
+// LTX_KERNELS_GEGLU_TABLE=compact (a candidate; its full-table form was 1-2% slower).
+template <typename T, bool kGated>
 bool launch_act_table(ActParams p, int vec, GeluKind kind, int device, cudaStream_t stream) {
   if constexpr (sizeof(T) != 2) {
     return false;
   } else {
     if (vec != 8 || p.rows * p.nvec * 8 < kTableMinElements) return false;
-    const auto mode = ab_switch("LTX_KERNELS_GELU_TABLE");
-    if (mode == "0") return false;
+    const auto mode = ab_switch(kGated ? "LTX_KERNELS_GEGLU_TABLE" : "LTX_KERNELS_GELU_TABLE");
     if (mode == "compact") {
       return kind == GeluKind::kTanh
-                 ? launch_table_kernel<T, GeluKind::kTanh, CompactLookup<T, GeluKind::kTanh>>(p, device, stream)
-                 : launch_table_kernel<T, GeluKind::kErf, CompactLookup<T, GeluKind::kErf>>(p, device, stream);
+                 ? launch_table_kernel<T, GeluKind::kTanh, CompactLookup<T, GeluKind::kTanh>, kGated>(p, device, stream)
+                 : launch_table_kernel<T, GeluKind::kErf, CompactLookup<T, GeluKind::kErf>, kGated>(p, device, stream);
     }
+    if (kGated || mode == "0") return false;
     return kind == GeluKind::kTanh
-               ? launch_table_kernel<T, GeluKind::kTanh, FullLookup>(p, device, stream)
-               : launch_table_kernel<T, GeluKind::kErf, FullLookup>(p, device, stream);
+               ? launch_table_kernel<T, GeluKind::kTanh, FullLookup, false>(p, device, stream)
+               : launch_table_kernel<T, GeluKind::kErf, FullLookup, false>(p, device, stream);
   }
 }
 
@@ -489,15 +519,13 @@ void launch(ActParams p, int64_t rows, int64_t cols, int vec, const at::Tensor& 
   p.tail = static_cast<int>(cols - p.nvec * vec);
   TORCH_CHECK(p.tail == 0 || rows == 1, "ltx_kernels.", op, ": internal error: tail on ", rows,
               " rows");
-  // 16-bit GELU (not gated), large calls: the lookup-table kernel where it runs.
-  if constexpr (!kGated) {
-    bool done = false;
-    dispatch_float(like.scalar_type(), [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      done = launch_act_table<T>(p, vec, kind, device, stream);
-    });
-    if (done) return;
-  }
+  // 16-bit dtypes, large calls: a lookup-table kernel where it runs (launch_act_table).
+  bool done = false;
+  dispatch_float(like.scalar_type(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    done = launch_act_table<T, kGated>(p, vec, kind, device, stream);
+  });
+  if (done) return;
 
   constexpr int U = kUnroll<kGated>;
   const int block = row_block(p, U, kBlock);
