@@ -24,20 +24,18 @@ replay (bench_ops.Timer.graph_us, warm L2), the small-shape target; the default 
 Our variants are the same op called under the environment each op's VARIANTS names (the
 launchers read these per call: LTX_KERNELS_RMS_KERNEL=row forces rms_norm_kernel;
 LTX_KERNELS_ADALN_KERNEL=row the AdaLN kernels other than adaln_direct_kernel;
-LTX_KERNELS_ADALN_C=2 the candidate adaln_direct_kernel with 2 vectors per thread,
-LTX_KERNELS_ADALN_MOD=early / late forcing when it loads scale / shift;
-LTX_KERNELS_GELU_TABLE=0 computes GELU of 16-bit dtypes instead of the lookup table,
-LTX_KERNELS_GELU_TABLE=compact uses the compact table (|x| < 8 and not tiny), and
-LTX_KERNELS_GEGLU_TABLE=compact for GEGLU's GELU;
-LTX_KERNELS_PDL=1 launches rms_norm_direct_kernel with programmatic dependent launch, a
-candidate for decode-sized calls under graph replay, common/pdl.cuh; LTX_KERNELS_RMS_DECODE_C=2
-gives decode-sized rows of up to 512 vectors 2 vectors per thread instead of 4;
-LTX_KERNELS_ROW_GRID=resident launches the direct rmsnorm / AdaLN kernels on a persistent
-grid, grid-stride; LTX_KERNELS_L2_HINT=1 loads rmsnorm's and AdaLN's x evict_first and rmsnorm's weight
-evict_last in L2, as inductor's persistent reductions do).
-Decided candidates leave their switch behind (2026-12-05: adaln_direct_kernel, the early
-weight, the GELU table, the packed rotate-half form became defaults; balanced row chunks
-were dropped); rmsnorm_small still times the decode shapes against the peers.
+LTX_KERNELS_ADALN_C=2 / 4 forces adaln_direct_kernel's vectors per thread,
+LTX_KERNELS_ADALN_MOD=early / late when it loads scale / shift;
+LTX_KERNELS_GELU_TABLE=0 computes GELU of 16-bit dtypes instead of reading the compact
+table, LTX_KERNELS_GELU_TABLE=full reads the full one, LTX_KERNELS_GEGLU_TABLE=compact gives
+GEGLU the compact table; LTX_KERNELS_PDL=0 launches rms_norm_direct_kernel and rope_kernel
+without programmatic dependent launch (common/pdl.cuh); LTX_KERNELS_RMS_DECODE_C=4 gives
+decode-sized rows 4 vectors per thread instead of 2).
+Decided candidates leave their switch behind or are dropped (2026-12-05: adaln_direct_kernel,
+the early weight, the GELU table, the packed rotate-half form, then PDL, decode C = 2, the
+compact GELU table and per-token AdaLN C = 2 became defaults; balanced row chunks, the
+persistent grid, L2 eviction hints and broadcast AdaLN C = 2 were dropped); rmsnorm_small
+still times the decode shapes against the peers.
 Every variant's output is checked against the eager reference
 before it is timed (a variant that disagrees is reported and not timed). A copy of the
 same bytes (the call's bytes read, the same written) is timed too.
@@ -61,37 +59,31 @@ VARIANTS = {
     "rmsnorm": {
         "ours": {},
         "ours (row kernel)": {"LTX_KERNELS_RMS_KERNEL": "row"},
-        "ours (PDL)": {"LTX_KERNELS_PDL": "1"},
-        "ours (resident grid)": {"LTX_KERNELS_ROW_GRID": "resident"},
-        "ours (L2 hints)": {"LTX_KERNELS_L2_HINT": "1"},
     },
     "rmsnorm_small": {
         "ours": {},
-        "ours (PDL)": {"LTX_KERNELS_PDL": "1"},
-        "ours (decode C=2)": {"LTX_KERNELS_RMS_DECODE_C": "2"},
-        "ours (decode C=2, PDL)": {"LTX_KERNELS_RMS_DECODE_C": "2", "LTX_KERNELS_PDL": "1"},
+        "ours (no PDL)": {"LTX_KERNELS_PDL": "0"},
+        "ours (decode C=4)": {"LTX_KERNELS_RMS_DECODE_C": "4"},
+        "ours (decode C=4, no PDL)": {"LTX_KERNELS_RMS_DECODE_C": "4", "LTX_KERNELS_PDL": "0"},
     },
     "adaln": {
         "ours": {},
         "ours (row kernels)": {"LTX_KERNELS_ADALN_KERNEL": "row"},
-        "ours (C=2)": {"LTX_KERNELS_ADALN_C": "2"},
-        "ours (C=2, early mod)": {"LTX_KERNELS_ADALN_C": "2", "LTX_KERNELS_ADALN_MOD": "early"},
-        "ours (C=2, late mod)": {"LTX_KERNELS_ADALN_C": "2", "LTX_KERNELS_ADALN_MOD": "late"},
-        "ours (resident grid)": {"LTX_KERNELS_ROW_GRID": "resident"},
-        "ours (L2 hints)": {"LTX_KERNELS_L2_HINT": "1"},
+        "ours (C=4)": {"LTX_KERNELS_ADALN_C": "4"},
     },
     "act": {
         "ours": {},
         "ours (computed)": {"LTX_KERNELS_GELU_TABLE": "0"},
-        "ours (compact table)": {"LTX_KERNELS_GELU_TABLE": "compact", "LTX_KERNELS_GEGLU_TABLE": "compact"},
+        "ours (full table)": {"LTX_KERNELS_GELU_TABLE": "full"},
+        "ours (GEGLU compact table)": {"LTX_KERNELS_GEGLU_TABLE": "compact"},
     },
     "rope": {
         "ours": {},
-        "ours (PDL)": {"LTX_KERNELS_PDL": "1"},
+        "ours (no PDL)": {"LTX_KERNELS_PDL": "0"},
     },
     "rope_small": {
         "ours": {},
-        "ours (PDL)": {"LTX_KERNELS_PDL": "1"},
+        "ours (no PDL)": {"LTX_KERNELS_PDL": "0"},
     },
 }
 

@@ -10,7 +10,7 @@
 // row (with a scalar tail), one tile per block.
 //
 // Large bf16 / fp16 GELU calls (not the gated ones) take act_table_kernel instead: GELU of
-// every 16-bit value from a 128 KB table in shared memory.
+// 16-bit values from a table in shared memory (the compact one: 2^-16 <= |x| < 8 for bf16).
 //
 // Numerics: fp32 with ATen's CUDA expressions (ActivationGeluKernel.cu), so the
 // result is bit-identical to F.gelu in every dtype. The gated form rounds the GELU
@@ -201,8 +201,9 @@ inline int row_block(ActParams& p, int U, int max_block) {
 // Measured (H200 bf16 [2, 8064, 8192], 2026-12-05, benchmarks/ab_kernels.py): tanh 150.0 ->
 // 139.7 µs, erf 168.5 -> 138.4 µs. GEGLU keeps act_kernel: its table form was 1-2% slower
 // (one lookup per 6 bytes moved instead of 4, so the bank conflicts show).
-// LTX_KERNELS_GELU_TABLE=0 (read per call: a developer's A/B switch) turns the table off;
-// LTX_KERNELS_GELU_TABLE=compact asks for the compact table (a candidate, CompactLookup).
+// The compact table (CompactLookup, below) replaced it as the default on 2026-12-05.
+// LTX_KERNELS_GELU_TABLE=0 / full (read per call: a developer's A/B switch) computes instead
+// / takes the full table.
 constexpr int kTableEntries = 1 << 16;
 // Calls smaller than this keep act_kernel: every block reads the whole table first.
 constexpr int64_t kTableMinElements = int64_t{1} << 22;
@@ -246,13 +247,16 @@ struct CompactBand<__half> {
   static constexpr uint32_t kSpan = (18u << 10) - kLo;  // up to 2^3: exponent 18
 };
 
-// Candidate (LTX_KERNELS_GELU_TABLE=compact): the table only for the magnitudes activations
-// take, [sign][pattern - kLo]; a vector with any element outside the band (zeros, |x| >= 8,
-// tiny values, inf / NaN: rare in activations) is computed instead, so it stays bit-exact.
-// Why: the 128 KB table costs every SM a 128 KB copy before its first store (17 MB of L2
-// reads at once on an H200) and holds the SM to one 1024-thread block; 9.5 KB (bf16) lets
-// three 512-thread blocks share an SM and copies 1/13 of the bytes. The shared-memory bank
-// conflicts of the lookups stay as they are (the same entries are hot).
+// The compact table (GELU's default): the table only for the magnitudes activations take,
+// [sign][pattern - kLo]; a vector with any element outside the band (zeros, |x| >= 8, tiny
+// values, inf / NaN: rare in activations) is computed instead, so it stays bit-exact (a
+// tensor of such values runs at the computed kernel's speed). Why: the 128 KB table costs
+// every SM a 128 KB copy before its first store (17 MB of L2 reads at once on an H200) and
+// holds the SM to one 1024-thread block; 9.5 KB (bf16) lets three 512-thread blocks share an
+// SM and copies 1/13 of the bytes; the bank conflicts of the lookups stay (the same entries
+// are hot). H200 bf16 [2, 8064, 8192], 2026-12-05 10:24 (RESULTS.md): tanh 139.4 -> 138.7 µs,
+// erf 139.1 -> 137.7. GEGLU: 99.8 -> 98.8 µs at 2 x 4096 rows but 190.5 -> 191.6 at 16128,
+// so GEGLU keeps act_kernel unless LTX_KERNELS_GEGLU_TABLE=compact.
 template <typename T, GeluKind K>
 struct CompactLookup {
   static constexpr bool kCompact = true;
@@ -486,9 +490,9 @@ bool launch_table_kernel(ActParams p, int device, cudaStream_t stream) {
 }
 
 // Launches a table kernel for a call that suits it (a 16-bit dtype, 16-byte vectors, at
-// least kTableMinElements); false otherwise. GELU: the full table unless
-// LTX_KERNELS_GELU_TABLE says 0 (computed) or compact. GEGLU: computed unless
-// LTX_KERNELS_GEGLU_TABLE=compact (a candidate; its full-table form was 1-2% slower).
+// least kTableMinElements); false otherwise. GELU: the compact table unless
+// LTX_KERNELS_GELU_TABLE says 0 (computed) or full. GEGLU: computed unless
+// LTX_KERNELS_GEGLU_TABLE=compact (its full-table form was 1-2% slower, the compact one mixed).
 template <typename T, bool kGated>
 bool launch_act_table(ActParams p, int vec, GeluKind kind, int device, cudaStream_t stream) {
   if constexpr (sizeof(T) != 2) {
@@ -496,12 +500,12 @@ bool launch_act_table(ActParams p, int vec, GeluKind kind, int device, cudaStrea
   } else {
     if (vec != 8 || p.rows * p.nvec * 8 < kTableMinElements) return false;
     const auto mode = ab_switch(kGated ? "LTX_KERNELS_GEGLU_TABLE" : "LTX_KERNELS_GELU_TABLE");
-    if (mode == "compact") {
+    if (kGated ? mode == "compact" : mode != "0" && mode != "full") {
       return kind == GeluKind::kTanh
                  ? launch_table_kernel<T, GeluKind::kTanh, CompactLookup<T, GeluKind::kTanh>, kGated>(p, device, stream)
                  : launch_table_kernel<T, GeluKind::kErf, CompactLookup<T, GeluKind::kErf>, kGated>(p, device, stream);
     }
-    if (kGated || mode == "0") return false;
+    if (mode != "full") return false;
     return kind == GeluKind::kTanh
                ? launch_table_kernel<T, GeluKind::kTanh, FullLookup, false>(p, device, stream)
                : launch_table_kernel<T, GeluKind::kErf, FullLookup, false>(p, device, stream);

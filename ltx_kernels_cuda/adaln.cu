@@ -489,7 +489,7 @@ constexpr int kDirectCached = 4;
 
 // Blocks of kDirectBlock threads per SM the register cap aims for. CUDA 13.0's ptxas
 // spills 8 bytes of the bf16 LayerNorm instantiation on sm_120 under the cap for 4.
-// C = 2 (a candidate, below) holds half the vectors, so 4 blocks fit even loading early.
+// C = 2 (per-token modulation, below) holds half the vectors, so 4 blocks fit even loading early.
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1200
 template <bool kEarly, int C>
 constexpr int kAdaDirectMinBlocks = C <= 2 ? 4 : kEarly ? 2 : 3;
@@ -498,19 +498,16 @@ template <bool kEarly, int C>
 constexpr int kAdaDirectMinBlocks = C <= 2 ? 4 : kEarly ? 2 : 4;
 #endif
 
-// C: vectors of a row per thread. 4 by default. C = 2 is a candidate for the broadcast
-// modulation ([B, 1, D]), where the default (late loads) is 10% behind Liger's modulated
-// RMSNorm (H200 2026-12-05 05:11: 38.9 vs 35.4 µs at [2, 8064, 2048], 80% of copy), whose
-// Triton kernel loads x, scale and shift together, a few vectors per thread. C = 2 loading
-// early keeps 4 blocks per SM (the C = 4 early form fits 2 and was 26% slower) with 96 KB in
-// flight per SM and no dependent L2 round trip after the reduction. Asked for with
-// LTX_KERNELS_ADALN_C=2 until a device call times it (benchmarks/ab_kernels.py --op adaln).
-// kHint: x loaded evict_first in L2 (a candidate, LTX_KERNELS_L2_HINT=1; see Vec::load_hint).
-template <typename T, bool kLayer, bool kEarly, int C, bool kHint = false>
+// C: vectors of a row per thread: 2 for per-token modulation (loaded early) with rows of at
+// most 2 * kDirectBlock vectors, else 4. C = 2 loading early keeps 4 blocks per SM (the C = 4
+// early form fits 2) with 96 KB in flight per SM. H200, 2026-12-05 10:32 (RESULTS.md):
+// per-token [2, 8064, 2048] 63.57 -> 62.74 µs (C = 2 late 69.7); with the broadcast
+// modulation ([B, 1, D]) C = 2 lost 17-28% in either load order (37.7 -> 44.2 at 2x8064x2048),
+// so it stays 4 there. LTX_KERNELS_ADALN_C=2 / 4 (read per call: an A/B switch) forces it.
+template <typename T, bool kLayer, bool kEarly, int C>
 __global__ void __launch_bounds__(kDirectBlock, kAdaDirectMinBlocks<kEarly, C>)
     adaln_direct_kernel(AdaLnParams p) {
   constexpr int N = 16 / static_cast<int>(sizeof(T));
-  constexpr L2Hint kHx = kHint ? L2Hint::kEvictFirst : L2Hint::kNone;
   constexpr int CM = kEarly ? C : 1;  // modulation vectors held across the reduction
   using V = Vec<T, N>;
   __shared__ float scratch_mem[kRowScratchFloats];
@@ -537,7 +534,7 @@ __global__ void __launch_bounds__(kDirectBlock, kAdaDirectMinBlocks<kEarly, C>)
 #pragma unroll
     for (int i = 0; i < C; ++i) {
       const int j = lane + i * p.tpr;
-      if (active && j < nvec) xc[i] = V::template load_hint<kHx>(xr + j * N);
+      if (active && j < nvec) xc[i] = V::load(xr + j * N);
     }
     int64_t off[2];
     if constexpr (kEarly) {
@@ -589,20 +586,20 @@ __global__ void __launch_bounds__(kDirectBlock, kAdaDirectMinBlocks<kEarly, C>)
 
 // Launches adaln_direct_kernel for a call it takes (see above; the caller checked the
 // dtypes, the weight and the rounding form); false, launching nothing, otherwise.
+// per_token: every row has its own modulation row (C = 2 then, see the kernel).
 template <typename T, bool kLayer>
-bool launch_adaln_direct(AdaLnParams p, int vec, bool early, int device, cudaStream_t stream) {
+bool launch_adaln_direct(AdaLnParams p, int vec, bool early, bool per_token, int device,
+                         cudaStream_t stream) {
   constexpr int N = 16 / static_cast<int>(sizeof(T));
   const int64_t nvec = p.cols / vec;
   if (vec != N || nvec > static_cast<int64_t>(kDirectCached) * kDirectBlock) return false;
-  const bool c2 = ab_switch("LTX_KERNELS_ADALN_C") == "2" && nvec <= 2LL * kDirectBlock;
+  const std::string_view c_switch = ab_switch("LTX_KERNELS_ADALN_C");
+  const bool c2 = nvec <= 2LL * kDirectBlock && (c_switch == "2" || (c_switch != "4" && per_token));
   p.tpr = pow2_ceil(ceil_div(nvec, c2 ? 2 : kDirectCached));
   const int64_t groups = kDirectBlock / p.tpr;
   auto go = [&](auto kernel) { launch_rows(kernel, p, kDirectBlock, groups, device, stream); };
   if (c2) {
     early ? go(adaln_direct_kernel<T, kLayer, true, 2>) : go(adaln_direct_kernel<T, kLayer, false, 2>);
-  } else if (ab_switch("LTX_KERNELS_L2_HINT") == "1") {  // candidate, see the kernel
-    early ? go(adaln_direct_kernel<T, kLayer, true, kDirectCached, true>)
-          : go(adaln_direct_kernel<T, kLayer, false, kDirectCached, true>);
   } else {
     early ? go(adaln_direct_kernel<T, kLayer, true, kDirectCached>)
           : go(adaln_direct_kernel<T, kLayer, false, kDirectCached>);
@@ -788,7 +785,7 @@ void adaln_launch(const at::Tensor& out2d, const at::Tensor& x2d, const at::Tens
   const bool direct_ok = ab_switch("LTX_KERNELS_ADALN_KERNEL") != "row";
   if (direct_ok && p.w == nullptr && xt == st &&
       xt == ht && xt == ot && (xt == at::kBFloat16 || xt == at::kHalf)) {
-    // LTX_KERNELS_ADALN_MOD=early / late (with the C = 2 candidate) forces the load order.
+    // LTX_KERNELS_ADALN_MOD=early / late (an A/B switch, read per call) forces the load order.
     const std::string_view mod = ab_switch("LTX_KERNELS_ADALN_MOD");
     const bool early = mod == "early" || (mod != "late" && mod_run == 1);
     bool direct = false;
@@ -797,8 +794,8 @@ void adaln_launch(const at::Tensor& out2d, const at::Tensor& x2d, const at::Tens
       if constexpr (!std::is_same_v<T, float>) {
         constexpr Round rt = RoundOf<T>::value;
         if (p.mid != Round::kNone || p.norm != rt || p.scale1 != rt || p.prod != rt) return;
-        direct = p.layer ? launch_adaln_direct<T, true>(p, vec, early, device, stream)
-                         : launch_adaln_direct<T, false>(p, vec, early, device, stream);
+        direct = p.layer ? launch_adaln_direct<T, true>(p, vec, early, mod_run == 1, device, stream)
+                         : launch_adaln_direct<T, false>(p, vec, early, mod_run == 1, device, stream);
       }
     });
     if (direct) return;

@@ -57,14 +57,14 @@ __device__ __forceinline__ void normalize_store(const VX v, const Tw* w, To* oro
 }
 
 // A thread's first C vectors of a row into `cache` (vector j = lane + i * tpr; none for an
-// inactive row or past the row's end), with L2 eviction priority H.
-template <int C, L2Hint H = L2Hint::kNone, typename T, int N>
+// inactive row or past the row's end).
+template <int C, typename T, int N>
 __device__ __forceinline__ void load_cached(Vec<T, N> (&cache)[C], const T* xr, int lane, int tpr,
                                             int nvec, bool active) {
 #pragma unroll
   for (int i = 0; i < C; ++i) {
     const int j = lane + i * tpr;
-    if (active && j < nvec) cache[i] = Vec<T, N>::template load_hint<H>(xr + j * N);
+    if (active && j < nvec) cache[i] = Vec<T, N>::load(xr + j * N);
   }
 }
 
@@ -181,13 +181,9 @@ constexpr int kDirectMinBlocks = C >= 4 ? 4 : 6;
 // shapes CUDA graphs replay), where a call's time is a chain of latencies and occupancy
 // does not matter, this takes one dependent memory round trip (~0.5 µs) off the chain; it
 // costs C more 16-byte registers, so those instantiations are not capped for occupancy.
-// kHint: x loaded evict_first and the weight evict_last in L2 (a candidate, see
-// Vec::load_hint; only with the weight loaded late, the wide-row grids).
-template <typename T, int kMid, int C, bool kEarlyW, bool kHint = false>
+template <typename T, int kMid, int C, bool kEarlyW>
 __global__ void __launch_bounds__(kBlock, kEarlyW ? 1 : kDirectMinBlocks<C>)
     rms_norm_direct_kernel(RmsNormParams p) {
-  constexpr L2Hint kHx = kHint ? L2Hint::kEvictFirst : L2Hint::kNone;
-  constexpr L2Hint kHw = kHint ? L2Hint::kEvictLast : L2Hint::kNone;
   constexpr int N = 16 / static_cast<int>(sizeof(T));
   constexpr Round kM = static_cast<Round>(kMid);
   // round(x * inv) to T, then a product in T rounded once: one packed multiply per pair
@@ -202,7 +198,7 @@ __global__ void __launch_bounds__(kBlock, kEarlyW ? 1 : kDirectMinBlocks<C>)
   const int nvec = p.cols / N;
   const RowGroup rg = row_group_pow2(p.tpr);
   const int lane = rg.lane;
-  // Launched with PDL (LTX_KERNELS_PDL=1, a candidate): wait for the previous kernel before
+  // Launched with PDL (sm_90+, common/pdl.cuh): wait for the previous kernel before
   // the first global access, and let the next one be scheduled now (it waits likewise).
   pdl_wait();
   pdl_launch_dependents();
@@ -214,7 +210,7 @@ __global__ void __launch_bounds__(kBlock, kEarlyW ? 1 : kDirectMinBlocks<C>)
     const T* xr = x + (active ? row : 0) * p.x_stride;
     // x first: the sum waits for it; the weight is not needed until after the reduction.
     V cur[C];
-    load_cached<C, kHx>(cur, xr, lane, p.tpr, nvec, active);
+    load_cached(cur, xr, lane, p.tpr, nvec, active);
     V wv[C];
     if constexpr (kEarlyW) {
       if (w != nullptr) {
@@ -239,11 +235,10 @@ __global__ void __launch_bounds__(kBlock, kEarlyW ? 1 : kDirectMinBlocks<C>)
       for (int k = 0; k < N; ++k) o[k] = to_float(cur[i].v[k]) * inv;
       if constexpr (kPackedMul) {
         const V n = pack_from_float<T, N>(o);
-        (w != nullptr ? mul_rn(n, kEarlyW ? wv[i] : V::template load_hint<kHw>(w + j * N)) : n)
-            .store(orow + j * N);
+        (w != nullptr ? mul_rn(n, kEarlyW ? wv[i] : V::load(w + j * N)) : n).store(orow + j * N);
       } else {
         if (w != nullptr) {
-          const V wj = kEarlyW ? wv[i] : V::template load_hint<kHw>(w + j * N);
+          const V wj = kEarlyW ? wv[i] : V::load(w + j * N);
           round_all<kM>(o);
 #pragma unroll
           for (int k = 0; k < N; ++k) o[k] *= to_float(wj.v[k]);
@@ -262,12 +257,13 @@ bool launch_rms_norm_direct(RmsNormParams p, int vec, int device, cudaStream_t s
   const int64_t nvec = p.cols / vec;
   if (vec != N || nvec > 4LL * kBlock) return false;
   int cache = nvec >= 128 ? 4 : 2;
-  // Candidate (LTX_KERNELS_RMS_DECODE_C=2, read per call; benchmarks/ab_kernels.py --op
-  // rmsnorm_small): 2 vectors per thread for calls whose grid stays within one block per SM
-  // even then (decode-sized rows up to D = 4096 bf16): twice the threads per row, so the rows
-  // spread over twice the SMs and each thread's chain (loads, conversions, sums, stores) is
-  // half as long; the same instantiations as the per-head rows.
-  if (cache == 4 && nvec <= 2LL * kBlock && ab_switch("LTX_KERNELS_RMS_DECODE_C") == "2" &&
+  // 2 vectors per thread for calls whose grid stays within one block per SM even then
+  // (decode-sized rows up to D = 4096 bf16): twice the threads per row, so the rows spread
+  // over twice the SMs and each thread's chain (loads, conversions, sums, stores) is half as
+  // long; the same instantiations as the per-head rows. H200, 2026-12-05 10:24 (RESULTS.md):
+  // 16 x 4096 under graph replay 1.99 -> 1.70 µs with PDL (2.67 -> 2.36 without), cold L2
+  // 5.86 -> 5.35. LTX_KERNELS_RMS_DECODE_C=4 (read per call: an A/B switch) keeps 4.
+  if (cache == 4 && nvec <= 2LL * kBlock && ab_switch("LTX_KERNELS_RMS_DECODE_C") != "4" &&
       ceil_div(p.rows, kBlock / pow2_ceil(ceil_div(nvec, 2))) <= sm_count(device)) {
     cache = 2;
   }
@@ -277,16 +273,11 @@ bool launch_rms_norm_direct(RmsNormParams p, int vec, int device, cudaStream_t s
   // blocks as SMs (H200, CUDA-graph replay, 2026-12-05: 0.3-0.6 µs faster than loading it
   // after the reduction at every decode shape timed; RESULTS.md).
   const bool early_w = p.w != nullptr && ceil_div(p.rows, groups) <= sm_count(device);
-  // Programmatic dependent launch: a candidate for decode-sized calls under CUDA graphs
-  // (benchmarks/ab_kernels.py --op rmsnorm_small times it), off unless asked for.
+  // Programmatic dependent launch on sm_90+ (common/pdl.cuh: the gap between kernels, most
+  // of a decode-sized call under CUDA-graph replay).
   const bool pdl = pdl_requested(device);
   auto go = [&](auto kernel) { launch_rows(kernel, p, kBlock, groups, device, stream, pdl); };
-  // Candidate (LTX_KERNELS_L2_HINT=1, read per call; ab_kernels.py --op rmsnorm): L2
-  // eviction priorities as inductor gives them, for the many-row grids (weight loaded late).
-  if (!early_w && ab_switch("LTX_KERNELS_L2_HINT") == "1") {
-    cache == 4 ? go(rms_norm_direct_kernel<T, kMid, 4, false, true>)
-               : go(rms_norm_direct_kernel<T, kMid, 2, false, true>);
-  } else if (cache == 4) {
+  if (cache == 4) {
     early_w ? go(rms_norm_direct_kernel<T, kMid, 4, true>) : go(rms_norm_direct_kernel<T, kMid, 4, false>);
   } else {
     early_w ? go(rms_norm_direct_kernel<T, kMid, 2, true>) : go(rms_norm_direct_kernel<T, kMid, 2, false>);

@@ -163,8 +163,8 @@ __global__ void __launch_bounds__(kBlock, kPacked ? kPackedMinBlocks : kMinBlock
 
   const Tc* cos = static_cast<const Tc*>(p.cos);
   const Tc* sin = static_cast<const Tc*>(p.sin);
-  // Launched with PDL (LTX_KERNELS_PDL=1, a candidate; common/pdl.cuh): wait for the previous
-  // kernel before the first global access, and let the next one be scheduled now.
+  // Launched with PDL (sm_90+, common/pdl.cuh): wait for the previous kernel before the
+  // first global access, and let the next one be scheduled now.
   pdl_wait();
   pdl_launch_dependents();
 

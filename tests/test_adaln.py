@@ -376,10 +376,10 @@ def test_broadcast_many_rows(shape, dtype, form):
 
 # adaln_direct_kernel (one half dtype, no weight, 16-byte vectors, D <= 8192), the default
 # for those calls (the modulation loaded with x for per-token rows, after the reduction
-# for broadcast ones); the kernels that take every other call (developer switch, read per
-# call: LTX_KERNELS_ADALN_KERNEL=row); the load order forced (LTX_KERNELS_ADALN_MOD); the
-# C = 2 candidate (LTX_KERNELS_ADALN_C=2, D <= 4096); a persistent grid
-# (LTX_KERNELS_ROW_GRID). Each on every shape: thousands of rows (grid-stride loop),
+# for broadcast ones; 2 vectors per thread for per-token rows of D <= 4096, else 4); the
+# kernels that take every other call (developer switch, read per call:
+# LTX_KERNELS_ADALN_KERNEL=row); the load order forced (LTX_KERNELS_ADALN_MOD); the vectors per
+# thread forced (LTX_KERNELS_ADALN_C=2 / 4). Each on every shape: thousands of rows (grid-stride loop),
 # per-token and broadcast modulation, no shift, a width that leaves threads idle in the last
 # vector (5120), the widest it takes (8192), short rows (many rows per block), LayerNorm, and
 # rows enough for its grid-stride loop on an H200 (D = 8: 256 rows per block, 132 * 64 blocks).
@@ -391,17 +391,14 @@ DIRECT_SHAPES = [((2, 4099, 2048), "btd"), ((2, 4099, 2048), "b1d"), ((3, 777, 5
 DIRECT_CHOICES = {
     "default": {},
     "row": {"LTX_KERNELS_ADALN_KERNEL": "row"},
-    # the load order forced either way, and the C = 2 candidate (LTX_KERNELS_ADALN_C=2, D <= 4096)
+    # the load order forced either way, and the vectors per thread (2 only for D <= 4096)
     "early": {"LTX_KERNELS_ADALN_MOD": "early"},
     "late": {"LTX_KERNELS_ADALN_MOD": "late"},
     "c2": {"LTX_KERNELS_ADALN_C": "2"},
     "c2_early": {"LTX_KERNELS_ADALN_C": "2", "LTX_KERNELS_ADALN_MOD": "early"},
     "c2_late": {"LTX_KERNELS_ADALN_C": "2", "LTX_KERNELS_ADALN_MOD": "late"},
-    # a persistent grid of the blocks that fit at once, grid-stride (LTX_KERNELS_ROW_GRID)
-    "resident": {"LTX_KERNELS_ROW_GRID": "resident"},
-    # x loaded evict_first in L2 (LTX_KERNELS_L2_HINT, both load orders)
-    "l2_hint": {"LTX_KERNELS_L2_HINT": "1"},
-    "l2_hint_early": {"LTX_KERNELS_L2_HINT": "1", "LTX_KERNELS_ADALN_MOD": "early"},
+    "c4": {"LTX_KERNELS_ADALN_C": "4"},
+    "c4_early": {"LTX_KERNELS_ADALN_C": "4", "LTX_KERNELS_ADALN_MOD": "early"},
 }
 
 

@@ -194,12 +194,14 @@ def test_one_dtype_kernel_few_rows_weight_early(rows, d, x_dtype, semantics):
     check_one_dtype_rows(rows, d, x_dtype, semantics, with_weight=True)
 
 
-# Candidates for decode-sized rows (developer switches, read per call): programmatic dependent
-# launch, 2 vectors per thread (twice the threads per row), both.
+# Decode-sized rows: the default (programmatic dependent launch on sm_90+, 2 vectors per
+# thread where the grid stays within one block per SM) and each switched off (developer
+# switches, read per call).
 DECODE_CANDIDATES = {
-    "pdl": {"LTX_KERNELS_PDL": "1"},
-    "decode_c2": {"LTX_KERNELS_RMS_DECODE_C": "2"},
-    "pdl_decode_c2": {"LTX_KERNELS_PDL": "1", "LTX_KERNELS_RMS_DECODE_C": "2"},
+    "default": {},
+    "no_pdl": {"LTX_KERNELS_PDL": "0"},
+    "decode_c4": {"LTX_KERNELS_RMS_DECODE_C": "4"},
+    "no_pdl_decode_c4": {"LTX_KERNELS_PDL": "0", "LTX_KERNELS_RMS_DECODE_C": "4"},
 }
 
 
@@ -208,7 +210,7 @@ DECODE_CANDIDATES = {
 @pytest.mark.parametrize("rows,d", [(1, 4096), (16, 4096), (7, 2056), (33, 2048), (131, 4096),
                                     (32, 128), (4099, 8192)])
 def test_one_dtype_kernel_decode_candidates(monkeypatch, candidate, rows, d):
-    """The decode candidates give the module's results, one call at a time: decode-sized
+    """Each decode form gives the module's results, one call at a time: decode-sized
     grids (a row leaving threads idle: 2056), one at the SM count's edge (131 x 4096 with 2
     vectors per thread: 131 blocks), and shapes they leave to the default (per-head, many rows)."""
     for name, value in DECODE_CANDIDATES[candidate].items():
@@ -224,7 +226,7 @@ def test_one_dtype_kernel_pdl_chain(monkeypatch, graph):
     """A chain of PDL launches where each call reads the previous call's output and
     overwrites a buffer the call before it read: a kernel that touched memory before its
     pdl_wait would read NaN poison or stale rows. Eagerly and as a CUDA graph (PDL edges),
-    against the same chain without PDL."""
+    against the same chain without PDL (LTX_KERNELS_PDL=0)."""
     w = make_weight(4096, torch.bfloat16, "cuda")
     x = torch.randn(16, 4096, device="cuda", dtype=torch.bfloat16)
     bufs = [torch.empty_like(x) for _ in range(3)]
@@ -244,8 +246,9 @@ def test_one_dtype_kernel_pdl_chain(monkeypatch, graph):
         for b in bufs:
             b.fill_(float("nan"))
 
+    monkeypatch.setenv("LTX_KERNELS_PDL", "0")
     expected = chain()
-    monkeypatch.setenv("LTX_KERNELS_PDL", "1")
+    monkeypatch.delenv("LTX_KERNELS_PDL")
     if graph:
         got, _graph = replay_captured(chain, poison)
     else:
@@ -295,28 +298,6 @@ def test_long_rows(device, d):
     x = torch.randn(3, d, device=device, dtype=torch.bfloat16)
     out = kernel.rmsnorm(x)
     assert_near_exact(out, ref64(x, None, 1e-6), rel_bound(torch.bfloat16, None, "diffusers"))
-
-
-@requires_gpu
-@pytest.mark.parametrize("rows,d", [(4099, 8192), (40000, 128), (8064 * 32, 64), (777, 5120), (1, 4096)])
-@pytest.mark.parametrize("semantics", ["diffusers", "llama", "torch"])
-def test_one_dtype_kernel_l2_hint(monkeypatch, rows, d, semantics):
-    """LTX_KERNELS_L2_HINT=1 (a candidate): rms_norm_direct_kernel with x loaded evict_first
-    and the weight evict_last gives the module's results (both vector counts per thread;
-    1 x 4096 keeps the early-weight form, which takes no hint)."""
-    monkeypatch.setenv("LTX_KERNELS_L2_HINT", "1")
-    for x_dtype in DTYPES:
-        check_one_dtype_rows(rows, d, x_dtype, semantics, with_weight=True)
-
-
-@requires_gpu
-@pytest.mark.parametrize("rows,d", [(4099, 8192), (40000, 128), (258048, 64), (777, 5120), (1, 4096)])
-def test_one_dtype_kernel_resident_grid(monkeypatch, rows, d):
-    """LTX_KERNELS_ROW_GRID=resident (a candidate): rms_norm_direct_kernel on a persistent
-    grid walks many row groups per block and gives the module's results."""
-    monkeypatch.setenv("LTX_KERNELS_ROW_GRID", "resident")
-    for x_dtype in DTYPES:
-        check_one_dtype_rows(rows, d, x_dtype, "llama", with_weight=True)
 
 
 @requires_gpu

@@ -728,10 +728,13 @@ def test_llama_real_shape(table_dtype):
 
 
 @requires_gpu
-def test_pdl_launch_real_shapes(monkeypatch):
-    """LTX_KERNELS_PDL=1 (programmatic dependent launch, a candidate): the RoPE kernel gives
-    the same results in both layouts, decode-sized and large."""
-    monkeypatch.setenv("LTX_KERNELS_PDL", "1")
+@pytest.mark.parametrize("pdl", ["", "0"], ids=["pdl", "no_pdl"])
+def test_pdl_launch_real_shapes(monkeypatch, pdl):
+    """With programmatic dependent launch (the default on sm_90+) and without it
+    (LTX_KERNELS_PDL=0): the RoPE kernel gives the same results in both layouts, decode-sized
+    and large."""
+    if pdl:
+        monkeypatch.setenv("LTX_KERNELS_PDL", pdl)
     test_llama_real_shape(torch.bfloat16)
     for b, s in [(1, 1), (16, 1), (1, 256)]:
         cos, sin = llama_tables(128, b, s, torch.bfloat16, "cuda")
@@ -751,7 +754,8 @@ def test_pdl_chain(monkeypatch, graph):
     """A chain of PDL launches, each rotating the previous call's output (the allocator hands
     the buffers of two calls back to later outputs, so writes meet earlier reads too), now and
     then a non-PDL kernel in between; eagerly and as a CUDA graph, against the same chain
-    without PDL: a kernel touching memory before its pdl_wait would read stale values."""
+    without PDL (LTX_KERNELS_PDL=0): a kernel touching memory before its pdl_wait would read
+    stale values."""
     cos, sin = llama_tables(128, 1, 16, torch.bfloat16, "cuda")
     q0 = torch.randn(1, 16, 32, 128, device="cuda", dtype=torch.bfloat16).transpose(1, 2)
     k0 = torch.randn(1, 16, 8, 128, device="cuda", dtype=torch.bfloat16).transpose(1, 2)
@@ -764,8 +768,9 @@ def test_pdl_chain(monkeypatch, graph):
                 q = q * 0.5
         return q.clone(), k.clone()
 
+    monkeypatch.setenv("LTX_KERNELS_PDL", "0")
     want_q, want_k = chain()
-    monkeypatch.setenv("LTX_KERNELS_PDL", "1")
+    monkeypatch.delenv("LTX_KERNELS_PDL")
     if graph:
         (got_q, got_k), _graph = replay_captured(chain)
     else:

@@ -36,19 +36,14 @@ inline unsigned row_grid(int64_t rows, int64_t groups, int per_sm, int device) {
 // (no dynamic shared memory). A grid-stride loop covers rows beyond the grid; 64 blocks
 // per SM is plenty to balance. pdl: with programmatic dependent launch (common/pdl.cuh;
 // only for kernels that call pdl_wait first).
-// Candidate (LTX_KERNELS_ROW_GRID=resident, read per call; benchmarks/ab_kernels.py --op
-// rmsnorm / adaln): a persistent grid, only the blocks that fit the GPU at once, each walking
-// ~rows / grid rows grid-stride; no block launches after the first wave (per-head norms: 8064
-// one-iteration blocks of 32 rows today). The contiguous-chunk persistent order lost
-// (2026-12-05 03:16); this keeps the grid-stride order.
+// A persistent grid (only the blocks resident at once, each walking ~rows / grid rows
+// grid-stride) was timed against this (H200, 2026-12-05 10:24, RESULTS.md): slower at every
+// shape of rmsnorm (0.4-7%), AdaLN 1-3% slower at 4 of 5 shapes (1x4608x3072 LayerNorm 1.3%
+// faster); dropped.
 template <typename Params>
 void launch_rows(void (*kernel)(Params), const Params& p, int block, int64_t groups,
                  int device, cudaStream_t stream, bool pdl = false) {
-  int per_sm = 64;
-  if (ab_switch("LTX_KERNELS_ROW_GRID") == "resident") {
-    per_sm = resident_blocks(reinterpret_cast<const void*>(kernel), block, 0, device);
-  }
-  launch_pdl(kernel, row_grid(p.rows, groups, per_sm, device), static_cast<unsigned>(block),
+  launch_pdl(kernel, row_grid(p.rows, groups, 64, device), static_cast<unsigned>(block),
              stream, pdl, p);
 }
 

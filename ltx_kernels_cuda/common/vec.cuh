@@ -125,9 +125,6 @@ struct RoundOf<__nv_bfloat16> {
 };
 
 // ---- vectors --------------------------------------------------------------------
-// L2 eviction priority of a load (Vec::load_hint).
-enum class L2Hint : int { kNone = 0, kEvictFirst = 1, kEvictLast = 2 };
-
 template <int kBytes>
 struct RawOf;
 template <>
@@ -151,31 +148,6 @@ struct alignas(sizeof(T) * N) Vec {
     Vec out;
     memcpy(&out, &raw, sizeof(raw));
     return out;
-  }
-  // load with an L2 eviction priority (sm_80+, 16-byte vectors; `load` elsewhere). A
-  // candidate (LTX_KERNELS_L2_HINT=1, rmsnorm's wide rows): what inductor's persistent
-  // reductions emit, x read once marked evict_first, the weight every block re-reads
-  // evict_last, so a stream larger than L2 pushes out x's lines before the weight's.
-  template <L2Hint H>
-  __device__ __forceinline__ static Vec load_hint(const T* p) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    if constexpr (H != L2Hint::kNone && kBytes == 16) {
-      uint64_t policy;
-      if constexpr (H == L2Hint::kEvictFirst) {
-        asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
-      } else {
-        asm("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(policy));
-      }
-      uint4 raw;
-      asm("ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
-          : "=r"(raw.x), "=r"(raw.y), "=r"(raw.z), "=r"(raw.w)
-          : "l"(p), "l"(policy));
-      Vec out;
-      memcpy(&out, &raw, sizeof(raw));
-      return out;
-    }
-#endif
-    return load(p);
   }
   // 16- and 8-byte stores are written as one st.global.v4/v2 in PTX: from a plain uint4
   // assignment NVVM emitted four st.global.v2.u16 per 16 bytes when the Vec came from
