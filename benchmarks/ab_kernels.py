@@ -30,7 +30,8 @@ LTX_KERNELS_GELU_TABLE=0 computes GELU of 16-bit dtypes instead of reading the c
 table, LTX_KERNELS_GELU_TABLE=full reads the full one, LTX_KERNELS_GEGLU_TABLE=compact gives
 GEGLU the compact table; LTX_KERNELS_PDL=0 launches rms_norm_direct_kernel and rope_kernel
 without programmatic dependent launch (common/pdl.cuh); LTX_KERNELS_RMS_DECODE_C=4 gives
-decode-sized rows 4 vectors per thread instead of 2).
+decode-sized rows 4 vectors per thread instead of 2; LTX_KERNELS_ROPE_WIDE_SLOTS=1 gives
+RoPE calls of few tokens a slot per head pair, all heads in one pass).
 Decided candidates leave their switch behind or are dropped (2026-12-05: adaln_direct_kernel,
 the early weight, the GELU table, the packed rotate-half form, then PDL, decode C = 2, the
 compact GELU table and per-token AdaLN C = 2 became defaults; balanced row chunks, the
@@ -84,6 +85,7 @@ VARIANTS = {
     "rope_small": {
         "ours": {},
         "ours (no PDL)": {"LTX_KERNELS_PDL": "0"},
+        "ours (wide slots)": {"LTX_KERNELS_ROPE_WIDE_SLOTS": "1"},
     },
 }
 

@@ -409,12 +409,22 @@ void rope_rotate_launch(const at::Tensor& out0, const at::Tensor& in0, const at:
   p.pass_items = interleaved ? 0 : static_cast<int>((dim - rdim) / unit);
   p.lanes = std::min(kMaxLanes, pow2_ceil(std::max({p.rot_items, p.pass_items, 1})));
   p.slots = std::min(pow2_floor(heads), std::max(1, kGroupTarget / p.lanes));
+  // Candidate (LTX_KERNELS_ROPE_WIDE_SLOTS=1, read per call; benchmarks/ab_kernels.py --op
+  // rope_small): for calls of few tokens (decoding), as many slots as take every pair of heads
+  // in one pass, while the grid stays within one block per SM. A slot's heads are rotated a
+  // pair at a time, loads then stores, so with the default split a decode token's 40 heads
+  // (Llama q 32 + k 8, 8 slots) cost 3 dependent memory round trips; 32 slots make it 1.
+  // (pow2_ceil(ceil(heads / 2)) <= pow2_floor(heads): no slot is left without a head.)
+  const int wide = std::min(kBlock / p.lanes, pow2_ceil(ceil_div(heads, int64_t{2})));
+  if (wide > p.slots && ab_switch("LTX_KERNELS_ROPE_WIDE_SLOTS") == "1" &&
+      ceil_div(tokens, static_cast<int64_t>(kBlock / (p.lanes * wide))) <= sm_count(in0.device().index())) {
+    p.slots = wide;
+  }
   const int per_block = kBlock / (p.lanes * p.slots);
   const int64_t max_blocks = static_cast<int64_t>(sm_count(in0.device().index())) * 32;
   const unsigned grid = static_cast<unsigned>(std::min(ceil_div(tokens, per_block), max_blocks));
   const int64_t step = static_cast<int64_t>(grid) * per_block;
-  // Programmatic dependent launch: a candidate for decode-sized calls under CUDA graphs
-  // (benchmarks/ab_kernels.py --op rope_small), off unless asked for.
+  // Programmatic dependent launch on sm_90+ (common/pdl.cuh).
   const bool pdl = pdl_requested(in0.device().index());
   p.step_s = step / batch;
   p.step_b = step % batch;

@@ -1,5 +1,7 @@
 """RoPE (interleaved and rotate-half) against float64 and against the real functions."""
 
+import itertools
+
 import pytest
 import torch
 
@@ -728,21 +730,24 @@ def test_llama_real_shape(table_dtype):
 
 
 @requires_gpu
-@pytest.mark.parametrize("pdl", ["", "0"], ids=["pdl", "no_pdl"])
-def test_pdl_launch_real_shapes(monkeypatch, pdl):
-    """With programmatic dependent launch (the default on sm_90+) and without it
-    (LTX_KERNELS_PDL=0): the RoPE kernel gives the same results in both layouts, decode-sized
-    and large."""
-    if pdl:
-        monkeypatch.setenv("LTX_KERNELS_PDL", pdl)
+@pytest.mark.parametrize("env", [{}, {"LTX_KERNELS_PDL": "0"}, {"LTX_KERNELS_ROPE_WIDE_SLOTS": "1"}],
+                         ids=["pdl", "no_pdl", "wide_slots"])
+def test_pdl_launch_real_shapes(monkeypatch, env):
+    """With programmatic dependent launch (the default on sm_90+), without it
+    (LTX_KERNELS_PDL=0), and with the wide-slot candidate for few tokens
+    (LTX_KERNELS_ROPE_WIDE_SLOTS=1: every head pair in one pass): the RoPE kernel gives the
+    same results in both layouts, decode-sized and large."""
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
     test_llama_real_shape(torch.bfloat16)
-    for b, s in [(1, 1), (16, 1), (1, 256)]:
+    # decode-sized calls and a prompt; Llama's 32 + 8 heads, Qwen's 28 + 4, an odd 5 + 3
+    for (b, s), (hq, hk) in itertools.product([(1, 1), (16, 1), (3, 1), (1, 256)], [(32, 8), (28, 4), (5, 3)]):
         cos, sin = llama_tables(128, b, s, torch.bfloat16, "cuda")
-        q = torch.randn(b, s, 32, 128, device="cuda", dtype=torch.bfloat16).transpose(1, 2)
-        k = torch.randn(b, s, 8, 128, device="cuda", dtype=torch.bfloat16).transpose(1, 2)
+        q = torch.randn(b, s, hq, 128, device="cuda", dtype=torch.bfloat16).transpose(1, 2)
+        k = torch.randn(b, s, hk, 128, device="cuda", dtype=torch.bfloat16).transpose(1, 2)
         oq, ok = kernel.rope_rotate_half(q, k, cos, sin)
         eq, ek = llama_apply(q, k, cos, sin)
-        assert torch.equal(oq, eq.to(q.dtype)) and torch.equal(ok, ek.to(k.dtype)), (b, s)
+        assert torch.equal(oq, eq.to(q.dtype)) and torch.equal(ok, ek.to(k.dtype)), (b, s, hq, hk)
     x = torch.randn(2, 1152, 4096, device="cuda", dtype=torch.bfloat16)
     c, s = torch.randn(1152, 4096, device="cuda"), torch.randn(1152, 4096, device="cuda")
     assert torch.equal(kernel.rope_interleaved(x, c, s), diffusers_ref_any(x, c, s))
