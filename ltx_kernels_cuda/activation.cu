@@ -209,7 +209,7 @@ constexpr int kTableEntries = 1 << 16;
 constexpr int64_t kTableMinElements = int64_t{1} << 22;
 
 template <typename T>
-__host__ __device__ __forceinline__ uint16_t bits_of(T v) {
+__device__ __forceinline__ uint16_t bits_of(T v) {
   uint16_t b;
   memcpy(&b, &v, sizeof(b));
   return b;
@@ -225,6 +225,7 @@ __device__ __forceinline__ T from_bits(uint16_t b) {
 struct FullLookup {
   static constexpr bool kCompact = false;
   static constexpr int kEntries = kTableEntries;
+  static constexpr int kBytes = kEntries * static_cast<int>(sizeof(uint16_t));
   static constexpr int kBlockThreads = 1024;
   static constexpr int kMinBlocks = 1;
   __device__ __forceinline__ static uint16_t pattern(int i) { return static_cast<uint16_t>(i); }
@@ -263,6 +264,7 @@ struct CompactLookup {
   static constexpr uint32_t kLo = CompactBand<T>::kLo;
   static constexpr uint32_t kSpan = CompactBand<T>::kSpan;
   static constexpr int kEntries = static_cast<int>(2 * kSpan);
+  static constexpr int kBytes = kEntries * static_cast<int>(sizeof(uint16_t));
   static constexpr int kBlockThreads = 512;
   // 3 blocks (40 registers) only where CUDA 13.0's ptxas fits the kernel in them without
   // spilling (sm_90; sm_80 / 86 / 89 / 100 spilled 4-40 bytes, sm_120 24-32, and sm_75 holds
@@ -280,8 +282,8 @@ struct CompactLookup {
 
 constexpr int kCompactMaxEntries = CompactLookup<__half, GeluKind::kTanh>::kEntries;
 static_assert(CompactLookup<__nv_bfloat16, GeluKind::kTanh>::kEntries <= kCompactMaxEntries);
-static_assert(kCompactMaxEntries * 2 % 16 == 0 &&
-              CompactLookup<__nv_bfloat16, GeluKind::kTanh>::kEntries * 2 % 16 == 0,
+static_assert(CompactLookup<__half, GeluKind::kTanh>::kBytes % 16 == 0 &&
+              CompactLookup<__nv_bfloat16, GeluKind::kTanh>::kBytes % 16 == 0,
               "tables are copied 16 bytes at a time");
 
 // The kernel that reads L's table of kind K: the full table's kernel never computes, so
@@ -398,7 +400,7 @@ __global__ void __launch_bounds__(L::kBlockThreads, kGated ? std::min(2, L::kMin
     if (!have_table) {  // the first tile's loads are in flight meanwhile
       const uint4* src = reinterpret_cast<const uint4*>(table);
       uint4* dst = reinterpret_cast<uint4*>(tab);
-      for (int i = threadIdx.x; i < L::kEntries * 2 / static_cast<int>(sizeof(uint4)); i += blockDim.x) {
+      for (int i = threadIdx.x; i < L::kBytes / static_cast<int>(sizeof(uint4)); i += blockDim.x) {
         dst[i] = src[i];
       }
       __syncthreads();
@@ -427,7 +429,6 @@ __global__ void __launch_bounds__(L::kBlockThreads, kGated ? std::min(2, L::kMin
 template <typename T, GeluKind K, class L>
 const uint16_t* gelu_table(int device, cudaStream_t stream) {
   constexpr int kMaxDevices = 64;
-  constexpr int kBytes = L::kEntries * static_cast<int>(sizeof(uint16_t));
   static std::mutex mu;
   static int state[kMaxDevices] = {};  // 0 unknown, 1 built, -1 not possible
   static uint16_t* built[kMaxDevices] = {};
@@ -445,7 +446,7 @@ const uint16_t* gelu_table(int device, cudaStream_t stream) {
                     slot * (L::kCompact ? kCompactMaxEntries : kTableEntries);
   int optin = 0;
   C10_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-  if (optin < kBytes) {
+  if (optin < L::kBytes) {
     state[device] = -1;
     return nullptr;
   }
@@ -468,7 +469,6 @@ bool launch_table_kernel(ActParams p, int device, cudaStream_t stream) {
   const uint16_t* table = gelu_table<T, K, L>(device, stream);
   if (table == nullptr) return false;
   constexpr int U = kUnroll<kGated>;
-  constexpr size_t kBytes = L::kEntries * sizeof(uint16_t);
   const int block = row_block(p, U, L::kBlockThreads);
   const int64_t groups = block / p.tpr;
   TableGrid tg{};
@@ -478,13 +478,13 @@ bool launch_table_kernel(ActParams p, int device, cudaStream_t stream) {
   // Over 48 KB of dynamic shared memory is opt-in, per kernel and device (once each).
   memo_query(std::make_pair(reinterpret_cast<const void*>(kernel), device), [&] {
     C10_CUDA_CHECK(cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel),
-                                        cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kBytes)));
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize, L::kBytes));
     return 1;
   });
-  const int per_sm = resident_blocks(reinterpret_cast<const void*>(kernel), block, kBytes, device);
+  const int per_sm = resident_blocks(reinterpret_cast<const void*>(kernel), block, L::kBytes, device);
   const auto grid = static_cast<unsigned>(
       std::min<int64_t>(tg.tiles, static_cast<int64_t>(sm_count(device)) * per_sm));
-  kernel<<<grid, block, kBytes, stream>>>(p, table, tg);
+  kernel<<<grid, block, L::kBytes, stream>>>(p, table, tg);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return true;
 }

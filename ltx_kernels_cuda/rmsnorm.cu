@@ -257,6 +257,8 @@ bool launch_rms_norm_direct(RmsNormParams p, int vec, int device, cudaStream_t s
   const int64_t nvec = p.cols / vec;
   if (vec != N || nvec > 4LL * kBlock) return false;
   int cache = nvec >= 128 ? 4 : 2;
+  // Whether rows in groups of kBlock / tpr take at most one block per SM.
+  auto one_wave = [&](int64_t tpr) { return ceil_div(p.rows, kBlock / tpr) <= sm_count(device); };
   // 2 vectors per thread for calls whose grid stays within one block per SM even then
   // (decode-sized rows up to D = 4096 bf16): twice the threads per row, so the rows spread
   // over twice the SMs and each thread's chain (loads, conversions, sums, stores) is half as
@@ -264,7 +266,7 @@ bool launch_rms_norm_direct(RmsNormParams p, int vec, int device, cudaStream_t s
   // 16 x 4096 under graph replay 1.99 -> 1.70 µs with PDL (2.67 -> 2.36 without), cold L2
   // 5.86 -> 5.35. LTX_KERNELS_RMS_DECODE_C=4 (read per call: an A/B switch) keeps 4.
   if (cache == 4 && nvec <= 2LL * kBlock && ab_switch("LTX_KERNELS_RMS_DECODE_C") != "4" &&
-      ceil_div(p.rows, kBlock / pow2_ceil(ceil_div(nvec, 2))) <= sm_count(device)) {
+      one_wave(pow2_ceil(ceil_div(nvec, 2)))) {
     cache = 2;
   }
   p.tpr = pow2_ceil(ceil_div(nvec, cache));
@@ -272,7 +274,7 @@ bool launch_rms_norm_direct(RmsNormParams p, int vec, int device, cudaStream_t s
   // The weight early when every block has one row group and there are at most as many
   // blocks as SMs (H200, CUDA-graph replay, 2026-12-05: 0.3-0.6 µs faster than loading it
   // after the reduction at every decode shape timed; RESULTS.md).
-  const bool early_w = p.w != nullptr && ceil_div(p.rows, groups) <= sm_count(device);
+  const bool early_w = p.w != nullptr && one_wave(p.tpr);
   // Programmatic dependent launch on sm_90+ (common/pdl.cuh: the gap between kernels, most
   // of a decode-sized call under CUDA-graph replay).
   const bool pdl = pdl_requested(device);

@@ -376,7 +376,8 @@ void rope_rotate_launch(const at::Tensor& out0, const at::Tensor& in0, const at:
   if (tokens == 0 || dim == 0 || heads == 0) return;
   TORCH_CHECK(dim <= INT32_MAX / 2 && heads <= INT32_MAX, "ltx_kernels.rope: row too large");
   const c10::cuda::CUDAGuard guard(in0.device());
-  cudaStream_t stream = c10::cuda::getCurrentCUDAStream(in0.device().index()).stream();
+  const int device = in0.device().index();
+  cudaStream_t stream = c10::cuda::getCurrentCUDAStream(device).stream();
   const bool interleaved = layout == RopeLayout::kInterleaved;
   const int64_t rdim = cos.size(2);
 
@@ -417,15 +418,15 @@ void rope_rotate_launch(const at::Tensor& out0, const at::Tensor& in0, const at:
   // (pow2_ceil(ceil(heads / 2)) <= pow2_floor(heads): no slot is left without a head.)
   const int wide = std::min(kBlock / p.lanes, pow2_ceil(ceil_div(heads, int64_t{2})));
   if (wide > p.slots && ab_switch("LTX_KERNELS_ROPE_WIDE_SLOTS") == "1" &&
-      ceil_div(tokens, static_cast<int64_t>(kBlock / (p.lanes * wide))) <= sm_count(in0.device().index())) {
+      ceil_div(tokens, static_cast<int64_t>(kBlock / (p.lanes * wide))) <= sm_count(device)) {
     p.slots = wide;
   }
   const int per_block = kBlock / (p.lanes * p.slots);
-  const int64_t max_blocks = static_cast<int64_t>(sm_count(in0.device().index())) * 32;
+  const int64_t max_blocks = static_cast<int64_t>(sm_count(device)) * 32;
   const unsigned grid = static_cast<unsigned>(std::min(ceil_div(tokens, per_block), max_blocks));
   const int64_t step = static_cast<int64_t>(grid) * per_block;
   // Programmatic dependent launch on sm_90+ (common/pdl.cuh).
-  const bool pdl = pdl_requested(in0.device().index());
+  const bool pdl = pdl_requested(device);
   p.step_s = step / batch;
   p.step_b = step % batch;
 

@@ -378,11 +378,12 @@ def test_broadcast_many_rows(shape, dtype, form):
 # for those calls (the modulation loaded with x for per-token rows, after the reduction
 # for broadcast ones; 2 vectors per thread for per-token rows of D <= 4096, else 4); the
 # kernels that take every other call (developer switch, read per call:
-# LTX_KERNELS_ADALN_KERNEL=row); the load order forced (LTX_KERNELS_ADALN_MOD); the vectors per
-# thread forced (LTX_KERNELS_ADALN_C=2 / 4). Each on every shape: thousands of rows (grid-stride loop),
-# per-token and broadcast modulation, no shift, a width that leaves threads idle in the last
-# vector (5120), the widest it takes (8192), short rows (many rows per block), LayerNorm, and
-# rows enough for its grid-stride loop on an H200 (D = 8: 256 rows per block, 132 * 64 blocks).
+# LTX_KERNELS_ADALN_KERNEL=row); the load order forced (LTX_KERNELS_ADALN_MOD); the vectors
+# per thread forced (LTX_KERNELS_ADALN_C=2 / 4). Each on every shape: thousands of rows
+# (grid-stride loop), per-token and broadcast modulation, no shift, a width that leaves
+# threads idle in the last vector (5120), the widest it takes (8192), short rows (many rows
+# per block), LayerNorm, and rows enough for its grid-stride loop on an H200 (D = 8: 256
+# rows per block, 132 * 64 blocks).
 DIRECT_SHAPES = [((2, 4099, 2048), "btd"), ((2, 4099, 2048), "b1d"), ((3, 777, 5120), "b1d"),
                  ((2, 531, 8192), "btd"), ((2, 2311, 128), "b1d"), ((5003, 64), "btd"),
                  ((2, 1081347, 8), "b1d")]
