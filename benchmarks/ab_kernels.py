@@ -60,6 +60,8 @@ VARIANTS = {
     "rmsnorm": {
         "ours": {},
         "ours (row kernel)": {"LTX_KERNELS_RMS_KERNEL": "row"},
+        "ours (short rows 2)": {"LTX_KERNELS_RMS_SHORT": "2"},
+        "ours (short rows 4)": {"LTX_KERNELS_RMS_SHORT": "4"},
     },
     "rmsnorm_small": {
         "ours": {},

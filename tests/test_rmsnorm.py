@@ -221,6 +221,20 @@ def test_one_dtype_kernel_decode_candidates(monkeypatch, candidate, rows, d):
 
 
 @requires_gpu
+@pytest.mark.parametrize("r", ["2", "4"])
+@pytest.mark.parametrize("rows,d", [(40000, 128), (9001, 64), (50000, 32), (20011, 200), (20011, 256)])
+def test_one_dtype_kernel_short_rows(monkeypatch, r, rows, d):
+    """The short-row candidate (LTX_KERNELS_RMS_SHORT: r rows per thread, one vector of
+    each): the per-head widths, a row of 4 vectors, one leaving lanes idle (D = 200 bf16:
+    25 of 32), and the widest it takes (32 vectors: D = 256 half, 128 fp32), over more
+    than one wave (the default takes fewer rows), with a last partial iteration."""
+    monkeypatch.setenv("LTX_KERNELS_RMS_SHORT", r)
+    for x_dtype in DTYPES:
+        for semantics in ("llama", "diffusers", "torch"):
+            check_one_dtype_rows(rows, d, x_dtype, semantics, with_weight=semantics != "diffusers")
+
+
+@requires_gpu
 @pytest.mark.parametrize("graph", [False, True], ids=["eager", "graph"])
 def test_one_dtype_kernel_pdl_chain(monkeypatch, graph):
     """A chain of PDL launches where each call reads the previous call's output and

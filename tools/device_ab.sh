@@ -6,7 +6,8 @@
 # LTX_AB_OPS (every variant checked against eager, then timed with its peers in one
 # process, clean cold-L2 flush), then the wider tests (LTX_AB_TESTS) with whatever time is
 # left of LTX_AB_LIMIT seconds. Each stage has its own timeout so earlier results come back.
-#   LTX_AB_OPS (default adaln,rmsnorm,rmsnorm_small,act,rope; also rope_small; the *_small ops
+#   LTX_AB_OPS (default adaln,rmsnorm,rmsnorm_small,act,rope; also rope_small; op:match for
+#   only the cases whose name contains match, e.g. rmsnorm:x32x; the *_small ops
 #   under graph replay too), LTX_AB_ROUNDS (3), LTX_AB_S (per op at most, 100; each op gets
 #   an equal share of the time left, and one with under 30 s is skipped with a note),
 #   LTX_AB_FIRST (default: the -k expression of the candidates' tests, FIRST below),
@@ -33,14 +34,17 @@ fi
 OPS=${LTX_AB_OPS:-adaln,rmsnorm,rmsnorm_small,act,rope}
 ops=(${OPS//,/ })
 for i in "${!ops[@]}"; do
-  op=${ops[$i]}
+  # op:match (e.g. rmsnorm:x32x) times only that op's cases whose name contains match.
+  op=${ops[$i]%%:*}
+  match=""
+  [[ "${ops[$i]}" == *:* ]] && match=${ops[$i]#*:}
   # An equal share of the time left (30 s kept for the last tests), at most LTX_AB_S.
   share=$(( (LIMIT - 30 - SECONDS) / (${#ops[@]} - i) ))
   secs=$(( share < ${LTX_AB_S:-100} ? share : ${LTX_AB_S:-100} ))
   [ "$secs" -ge 30 ] || { echo "ab $op: no time left (run it in another call: LTX_AB_OPS=$op)"; continue; }
   methods=clean
   case "$op" in *_small) methods=graph,clean ;; esac  # decode-sized calls: graph replay too
-  timeout "$secs" python3 benchmarks/ab_kernels.py --op "$op" \
+  timeout "$secs" python3 benchmarks/ab_kernels.py --op "$op" --match "$match" \
     --rounds "${LTX_AB_ROUNDS:-3}" --methods "$methods" > "$OUT/ab_$op.txt" 2>&1
   echo "ab $op rc=$? at ${SECONDS}s"
   grep -v -i warning "$OUT/ab_$op.txt" | tail -48  # the last table printed
