@@ -26,17 +26,20 @@ launchers read these per call: LTX_KERNELS_RMS_KERNEL=row forces rms_norm_kernel
 LTX_KERNELS_ADALN_KERNEL=row the AdaLN kernels other than adaln_direct_kernel;
 LTX_KERNELS_ADALN_C=2 / 4 forces adaln_direct_kernel's vectors per thread,
 LTX_KERNELS_ADALN_MOD=early / late when it loads scale / shift;
-LTX_KERNELS_GELU_TABLE=0 computes GELU of 16-bit dtypes instead of reading the compact
-table, LTX_KERNELS_GELU_TABLE=full reads the full one, LTX_KERNELS_GEGLU_TABLE=compact gives
-GEGLU the compact table; LTX_KERNELS_PDL=0 launches rms_norm_direct_kernel and rope_kernel
-without programmatic dependent launch (common/pdl.cuh); LTX_KERNELS_RMS_DECODE_C=4 gives
-decode-sized rows 4 vectors per thread instead of 2; LTX_KERNELS_ROPE_WIDE_SLOTS=1 gives
-RoPE calls of few tokens a slot per head pair, all heads in one pass).
+LTX_KERNELS_GELU_TABLE=0 computes GELU of 16-bit dtypes instead of reading a table,
+=full / =compact reads the full / compact one (defaults: bf16 compact, fp16 full),
+LTX_KERNELS_GEGLU_TABLE=compact gives GEGLU the compact table; LTX_KERNELS_PDL=0 launches
+rms_norm_direct_kernel and rope_kernel without programmatic dependent launch
+(common/pdl.cuh); LTX_KERNELS_RMS_DECODE_C=4 gives decode-sized rows 4 vectors per thread
+instead of 2; LTX_KERNELS_RMS_SHORT=0 keeps per-head rows of many tokens on the direct
+kernel, =2 gives rms_norm_short_kernel 2 rows per thread instead of 4;
+LTX_KERNELS_ROPE_WIDE_SLOTS=0 keeps RoPE calls of few tokens to the narrower head split).
 Decided candidates leave their switch behind or are dropped (2026-12-05: adaln_direct_kernel,
 the early weight, the GELU table, the packed rotate-half form, then PDL, decode C = 2, the
-compact GELU table and per-token AdaLN C = 2 became defaults; balanced row chunks, the
-persistent grid, L2 eviction hints and broadcast AdaLN C = 2 were dropped); rmsnorm_small
-still times the decode shapes against the peers.
+compact GELU table and per-token AdaLN C = 2, then the short-row rmsnorm kernel and RoPE's
+wide slots became defaults; balanced row chunks, the persistent grid, L2 eviction hints and
+broadcast AdaLN C = 2 were dropped); rmsnorm_small still times the decode shapes against
+the peers.
 Every variant's output is checked against the eager reference
 before it is timed (a variant that disagrees is reported and not timed). A copy of the
 same bytes (the call's bytes read, the same written) is timed too.
@@ -61,7 +64,7 @@ VARIANTS = {
         "ours": {},
         "ours (row kernel)": {"LTX_KERNELS_RMS_KERNEL": "row"},
         "ours (short rows 2)": {"LTX_KERNELS_RMS_SHORT": "2"},
-        "ours (short rows 4)": {"LTX_KERNELS_RMS_SHORT": "4"},
+        "ours (no short rows)": {"LTX_KERNELS_RMS_SHORT": "0"},
     },
     "rmsnorm_small": {
         "ours": {},
@@ -78,6 +81,7 @@ VARIANTS = {
         "ours": {},
         "ours (computed)": {"LTX_KERNELS_GELU_TABLE": "0"},
         "ours (full table)": {"LTX_KERNELS_GELU_TABLE": "full"},
+        "ours (compact table)": {"LTX_KERNELS_GELU_TABLE": "compact"},
         "ours (GEGLU compact table)": {"LTX_KERNELS_GEGLU_TABLE": "compact"},
     },
     "rope": {
@@ -87,7 +91,7 @@ VARIANTS = {
     "rope_small": {
         "ours": {},
         "ours (no PDL)": {"LTX_KERNELS_PDL": "0"},
-        "ours (wide slots)": {"LTX_KERNELS_ROPE_WIDE_SLOTS": "1"},
+        "ours (no wide slots)": {"LTX_KERNELS_ROPE_WIDE_SLOTS": "0"},
     },
 }
 

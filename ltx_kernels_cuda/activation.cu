@@ -10,7 +10,8 @@
 // row (with a scalar tail), one tile per block.
 //
 // Large bf16 / fp16 GELU calls (not the gated ones) take act_table_kernel instead: GELU of
-// 16-bit values from a table in shared memory (the compact one: 2^-16 <= |x| < 8 for bf16).
+// 16-bit values from a table in shared memory (bf16: the compact one, 2^-16 <= |x| < 8;
+// fp16: the whole 128 KB table).
 //
 // Numerics: fp32 with ATen's CUDA expressions (ActivationGeluKernel.cu), so the
 // result is bit-identical to F.gelu in every dtype. The gated form rounds the GELU
@@ -201,7 +202,7 @@ inline int row_block(ActParams& p, int U, int max_block) {
 // Measured (H200 bf16 [2, 8064, 8192], 2026-12-05, benchmarks/ab_kernels.py): tanh 150.0 ->
 // 139.7 µs, erf 168.5 -> 138.4 µs. GEGLU keeps act_kernel: its table form was 1-2% slower
 // (one lookup per 6 bytes moved instead of 4, so the bank conflicts show).
-// The compact table (CompactLookup, below) replaced it as the default on 2026-12-05.
+// The compact table (CompactLookup, below) replaced it as bf16's default on 2026-12-05.
 // LTX_KERNELS_GELU_TABLE=0 / full (read per call: a developer's A/B switch) computes instead
 // / takes the full table.
 constexpr int kTableEntries = 1 << 16;
@@ -248,7 +249,8 @@ struct CompactBand<__half> {
   static constexpr uint32_t kSpan = (18u << 10) - kLo;  // up to 2^3: exponent 18
 };
 
-// The compact table (GELU's default): the table only for the magnitudes activations take,
+// The compact table (bf16 GELU's default; fp16's band is 7x larger, see launch_act_table):
+// the table only for the magnitudes activations take,
 // [sign][pattern - kLo]; a vector with any element outside the band (zeros, |x| >= 8, tiny
 // values, inf / NaN: rare in activations) is computed instead, so it stays bit-exact (a
 // tensor of such values runs at the computed kernel's speed). Why: the 128 KB table costs
@@ -490,22 +492,29 @@ bool launch_table_kernel(ActParams p, int device, cudaStream_t stream) {
 }
 
 // Launches a table kernel for a call that suits it (a 16-bit dtype, 16-byte vectors, at
-// least kTableMinElements); false otherwise. GELU: the compact table unless
-// LTX_KERNELS_GELU_TABLE says 0 (computed) or full. GEGLU: computed unless
-// LTX_KERNELS_GEGLU_TABLE=compact (its full-table form was 1-2% slower, the compact one mixed).
+// least kTableMinElements); false otherwise. GELU: bf16 the compact table, fp16 the full
+// one, unless LTX_KERNELS_GELU_TABLE says 0 (computed), full or compact. GEGLU: computed
+// unless LTX_KERNELS_GEGLU_TABLE=compact (its full-table form was 1-2% slower, the compact
+// one mixed: 2026-12-05 10:24 and 12:06).
+// fp16's compact table is 68 KB (its band holds 17408 patterns per sign against bf16's
+// 2432), so it saves little of the full table's copy and shares an SM among fewer blocks;
+// H200 fp16 [2, 8064, 8192] tanh, 2026-12-05 12:06 (RESULTS.md): compact 144.4 µs, full
+// 138.5, computed 145.6.
 template <typename T, bool kGated>
 bool launch_act_table(ActParams p, int vec, GeluKind kind, int device, cudaStream_t stream) {
   if constexpr (sizeof(T) != 2) {
     return false;
   } else {
     if (vec != 8 || p.rows * p.nvec * 8 < kTableMinElements) return false;
-    const auto mode = ab_switch(kGated ? "LTX_KERNELS_GEGLU_TABLE" : "LTX_KERNELS_GELU_TABLE");
-    if (kGated ? mode == "compact" : mode != "0" && mode != "full") {
+    auto mode = ab_switch(kGated ? "LTX_KERNELS_GEGLU_TABLE" : "LTX_KERNELS_GELU_TABLE");
+    if (!kGated && mode.empty()) mode = std::is_same_v<T, __half> ? "full" : "compact";
+    if (mode == "compact") {
       return kind == GeluKind::kTanh
                  ? launch_table_kernel<T, GeluKind::kTanh, CompactLookup<T, GeluKind::kTanh>, kGated>(p, device, stream)
                  : launch_table_kernel<T, GeluKind::kErf, CompactLookup<T, GeluKind::kErf>, kGated>(p, device, stream);
     }
-    if (mode != "full") return false;
+    // The full table has no gated kernel (GEGLU's full-table form was dropped).
+    if (kGated || mode != "full") return false;
     return kind == GeluKind::kTanh
                ? launch_table_kernel<T, GeluKind::kTanh, FullLookup, false>(p, device, stream)
                : launch_table_kernel<T, GeluKind::kErf, FullLookup, false>(p, device, stream);

@@ -1,7 +1,8 @@
 // RMSNorm forward on CUDA.
 //
-// Two kernels. rms_norm_direct_kernel takes the common call (x, weight and out of one
-// dtype, 16-byte vectors, D <= 8192 half / 4096 fp32). rms_norm_kernel takes every other
+// Three kernels. rms_norm_direct_kernel takes the common call (x, weight and out of one
+// dtype, 16-byte vectors, D <= 8192 half / 4096 fp32), rms_norm_short_kernel the same
+// calls' short rows (per-head norms of many tokens). rms_norm_kernel takes every other
 // one (mixed dtypes, narrow vectors, long rows): one group of `tpr` threads per row
 // (tpr = 1..512, a power of two; several rows per block when tpr < block size), each
 // thread keeping up to kCached vectors of its row in registers, so x is read from memory
@@ -151,7 +152,8 @@ __global__ void rms_norm_kernel(RmsNormParams p) {
 //
 // x, weight and out of one dtype T with 16-byte vectors and rows of at most
 // 4 * kBlock vectors (D <= 8192 bf16 / fp16, 4096 fp32): every LTX, FLUX, Wan, DiT and
-// Llama width, and the per-head q/k norms. C vectors of a row per thread, loaded straight
+// Llama width, and the per-head q/k norms of decode-sized calls (those of a prompt take
+// rms_norm_short_kernel, below). C vectors of a row per thread, loaded straight
 // into registers before the reduction; C = 4 for rows of >= 128 vectors, else 2 (per-head
 // rows of 8-16 vectors: more rows per block). Registers are capped so that 4 (C = 4) or
 // 6 (C = 2) blocks of 256 threads fit an SM: 64 KB of x in flight per SM either way.
@@ -249,7 +251,7 @@ __global__ void __launch_bounds__(kBlock, kEarlyW ? 1 : kDirectMinBlocks<C>)
   }
 }
 
-// ---- short rows (candidate: LTX_KERNELS_RMS_SHORT=2|4) ---------------------------
+// ---- short rows (the per-head norms) -----------------------------------------------
 //
 // Rows of at most 32 vectors (the per-head q/k norms, D = 64 / 128 bf16) with R rows per
 // thread and one vector of each: tpr = the row's vector count, and slot i of an iteration
@@ -257,8 +259,9 @@ __global__ void __launch_bounds__(kBlock, kEarlyW ? 1 : kDirectMinBlocks<C>)
 // 32 / tpr neighbouring whole rows (contiguous bytes, as a copy's would), where the direct
 // kernel's C vectors of one row per thread leave each instruction a slice of 8 rows
 // (per-head 64: tpr = 4, 64 of each row's 128 bytes). The weight's one vector per thread
-// is loaded once per thread. Why: per-head 64 is 9% slower than a same-bytes copy
+// is loaded once per thread. Why: per-head 64 was 9% slower than a same-bytes copy
 // (20.06 vs 18.0-18.4 µs; inductor, whose layout is this one, 18.34), per-head 128 4%.
+// Measured and chosen in launch_rms_norm_direct.
 template <typename T, int kMid, int R>
 __global__ void __launch_bounds__(kBlock, kDirectMinBlocks<R>)
     rms_norm_short_kernel(RmsNormParams p) {
@@ -347,10 +350,16 @@ bool launch_rms_norm_direct(RmsNormParams p, int vec, int device, cudaStream_t s
       one_wave(pow2_ceil(ceil_div(nvec, 2)))) {
     cache = 2;
   }
-  // The short-row candidate (off by default: not yet timed) for rows of at most 32
-  // vectors over more than one wave; LTX_KERNELS_RMS_SHORT=2|4 rows per thread.
+  // rms_norm_short_kernel, 4 rows per thread, for rows of at most 16 vectors (the per-head
+  // norms of a prompt: D = 64 / 128 half, 64 fp32) over more than one wave. H200 bf16,
+  // 2026-12-05 12:06 (RESULTS.md, cold L2): 8064 x 32 x 64 20.13 -> 19.20 µs (2 rows per
+  // thread 19.22; compile 18.80), 8064 x 32 x 128 34.93 -> 34.14 (2 rows: 34.46).
+  // LTX_KERNELS_RMS_SHORT (read per call: an A/B switch): 0 keeps the direct kernel, 2 takes
+  // 2 rows per thread, and 2 / 4 also take rows of 17-32 vectors (not timed: there the
+  // direct kernel's loads already cover whole 128-byte lines).
   const std::string_view short_rows = ab_switch("LTX_KERNELS_RMS_SHORT");
-  if (nvec <= 32 && (short_rows == "2" || short_rows == "4") && !one_wave(pow2_ceil(nvec))) {
+  const bool short_ok = short_rows.empty() ? nvec <= 16 : (short_rows == "2" || short_rows == "4") && nvec <= 32;
+  if (short_ok && !one_wave(pow2_ceil(nvec))) {
     p.tpr = pow2_ceil(nvec);
     const int r = short_rows == "2" ? 2 : 4;
     auto kernel = r == 2 ? rms_norm_short_kernel<T, kMid, 2> : rms_norm_short_kernel<T, kMid, 4>;

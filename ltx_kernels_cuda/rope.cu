@@ -410,14 +410,16 @@ void rope_rotate_launch(const at::Tensor& out0, const at::Tensor& in0, const at:
   p.pass_items = interleaved ? 0 : static_cast<int>((dim - rdim) / unit);
   p.lanes = std::min(kMaxLanes, pow2_ceil(std::max({p.rot_items, p.pass_items, 1})));
   p.slots = std::min(pow2_floor(heads), std::max(1, kGroupTarget / p.lanes));
-  // Candidate (LTX_KERNELS_ROPE_WIDE_SLOTS=1, read per call; benchmarks/ab_kernels.py --op
-  // rope_small): for calls of few tokens (decoding), as many slots as take every pair of heads
-  // in one pass, while the grid stays within one block per SM. A slot's heads are rotated a
-  // pair at a time, loads then stores, so with the default split a decode token's 40 heads
-  // (Llama q 32 + k 8, 8 slots) cost 3 dependent memory round trips; 32 slots make it 1.
+  // Calls of few tokens (decoding) get as many slots as take every pair of heads in one
+  // pass, while the grid stays within one block per SM. A slot's heads are rotated a pair at
+  // a time, loads then stores, so with the split above a decode token's 40 heads (Llama q 32
+  // + k 8, 8 slots) cost 3 dependent memory round trips; 32 slots make it 1.
   // (pow2_ceil(ceil(heads / 2)) <= pow2_floor(heads): no slot is left without a head.)
+  // H200 bf16 under CUDA-graph replay, 2026-12-05 12:06 (RESULTS.md): q 32 + k 8 heads x 128,
+  // 1 token 2.32 -> 1.67 µs, 16 tokens 2.76 -> 1.77 (Liger in place 1.81 / 1.82, compile 2.80 /
+  // 2.97). LTX_KERNELS_ROPE_WIDE_SLOTS=0 (read per call: an A/B switch) keeps the split above.
   const int wide = std::min(kBlock / p.lanes, pow2_ceil(ceil_div(heads, int64_t{2})));
-  if (wide > p.slots && ab_switch("LTX_KERNELS_ROPE_WIDE_SLOTS") == "1" &&
+  if (wide > p.slots && ab_switch("LTX_KERNELS_ROPE_WIDE_SLOTS") != "0" &&
       ceil_div(tokens, static_cast<int64_t>(kBlock / (p.lanes * wide))) <= sm_count(device)) {
     p.slots = wide;
   }

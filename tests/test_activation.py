@@ -182,18 +182,21 @@ def test_gelu_every_half_value(device, dtype, approximate):
 @requires_gpu
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("approximate", APPROX)
-@pytest.mark.parametrize("table", ["", "full", "0"], ids=["table", "full_table", "computed"])
+@pytest.mark.parametrize("table", ["", "compact", "full", "0"],
+                         ids=["table", "compact_table", "full_table", "computed"])
 def test_table_path_every_half_value(monkeypatch, dtype, approximate, table):
     """GELU calls large enough for the lookup-table kernel (act_table_kernel: >= 2**22
-    elements of a 16-bit dtype; by default the compact table, 2^-16 / 2^-14 <= |x| < 8, every
-    other value computed), with LTX_KERNELS_GELU_TABLE=full the full table and with
-    LTX_KERNELS_GELU_TABLE=0 the same calls computed: every 16-bit pattern many times over,
-    bit-exact vs eager; one long row with a scalar tail, a strided row layout; GEGLU beside
-    them (with LTX_KERNELS_GEGLU_TABLE=compact in the default case: its table candidate)."""
+    elements of a 16-bit dtype; by default bf16 the compact table, 2^-16 <= |x| < 8, every
+    other value computed, and fp16 the full one), with LTX_KERNELS_GELU_TABLE=compact / full
+    either table in both dtypes and with LTX_KERNELS_GELU_TABLE=0 the same calls computed:
+    every 16-bit pattern many times over, bit-exact vs eager; one long row with a scalar
+    tail, a strided row layout; GEGLU beside them (LTX_KERNELS_GEGLU_TABLE=compact in the
+    default case: its table candidate; =full in the full-table case, which GEGLU has no
+    kernel for, so it must compute)."""
     if table:
         monkeypatch.setenv("LTX_KERNELS_GELU_TABLE", table)
-    else:
-        monkeypatch.setenv("LTX_KERNELS_GEGLU_TABLE", "compact")
+    if table in ("", "full"):
+        monkeypatch.setenv("LTX_KERNELS_GEGLU_TABLE", "compact" if not table else "full")
     pats = torch.arange(-(1 << 15), 1 << 15, dtype=torch.int32, device="cuda").to(torch.int16)
     many = pats.repeat(66)[torch.randperm(66 << 16, device="cuda")]  # 4 325 376 patterns
     flat = many[: (65 << 16) - 3].view(dtype)  # 3 short of a whole vector: a 5-element tail

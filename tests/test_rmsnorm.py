@@ -221,14 +221,18 @@ def test_one_dtype_kernel_decode_candidates(monkeypatch, candidate, rows, d):
 
 
 @requires_gpu
-@pytest.mark.parametrize("r", ["2", "4"])
-@pytest.mark.parametrize("rows,d", [(40000, 128), (9001, 64), (50000, 32), (20011, 200), (20011, 256)])
+@pytest.mark.parametrize("r", ["", "2", "4", "0"], ids=["default", "2", "4", "off"])
+@pytest.mark.parametrize("rows,d", [(40000, 128), (9001, 64), (50000, 32), (20011, 200), (20011, 256),
+                                    (20011, 120)])
 def test_one_dtype_kernel_short_rows(monkeypatch, r, rows, d):
-    """The short-row candidate (LTX_KERNELS_RMS_SHORT: r rows per thread, one vector of
-    each): the per-head widths, a row of 4 vectors, one leaving lanes idle (D = 200 bf16:
-    25 of 32), and the widest it takes (32 vectors: D = 256 half, 128 fp32), over more
-    than one wave (the default takes fewer rows), with a last partial iteration."""
-    monkeypatch.setenv("LTX_KERNELS_RMS_SHORT", r)
+    """rms_norm_short_kernel (r rows per thread, one vector of each; by default 4 for rows
+    of <= 16 vectors, LTX_KERNELS_RMS_SHORT=2 / 4 also up to 32, 0 off): the per-head
+    widths, a row of 4 vectors, rows leaving lanes idle (D = 200 bf16: 25 of 32; D = 120:
+    15 of 16), and the widest the switch takes (32 vectors: D = 256 half, 128 fp32), over
+    more than one wave (decode-sized calls keep the direct kernel), with a last partial
+    iteration."""
+    if r:
+        monkeypatch.setenv("LTX_KERNELS_RMS_SHORT", r)
     for x_dtype in DTYPES:
         for semantics in ("llama", "diffusers", "torch"):
             check_one_dtype_rows(rows, d, x_dtype, semantics, with_weight=semantics != "diffusers")
