@@ -92,6 +92,8 @@ VARIANTS = {
         "ours": {},
         "ours (no PDL)": {"LTX_KERNELS_PDL": "0"},
         "ours (no wide slots)": {"LTX_KERNELS_ROPE_WIDE_SLOTS": "0"},
+        "ours (wide slots <= 2/SM)": {"LTX_KERNELS_ROPE_WIDE_SLOTS": "2"},
+        "ours (wide slots <= 4/SM)": {"LTX_KERNELS_ROPE_WIDE_SLOTS": "4"},
     },
 }
 
@@ -250,10 +252,10 @@ def rope_cases(k, dev, g, liger_rope):
 
 
 def rope_small_cases(k, dev, g, liger_rope):
-    """Decode-sized rotations (one token of batch 1 and 16 at position 4095; a 256-token
-    prompt): the graph-replay shapes, where the PDL candidate may matter."""
+    """Decode-sized rotations (one token of batch 1 and 16 at position 4095; 256- and
+    512-token prompts): the graph-replay shapes (PDL, the slots per token)."""
     return [rope_case(k, dev, g, liger_rope, b, 32, 8, seq, 128, pos0)
-            for b, seq, pos0 in [(1, 1, 4095), (16, 1, 4095), (1, 256, 0)]]
+            for b, seq, pos0 in [(1, 1, 4095), (16, 1, 4095), (1, 256, 0), (1, 512, 0)]]
 
 
 def check(got, want):

@@ -418,9 +418,16 @@ void rope_rotate_launch(const at::Tensor& out0, const at::Tensor& in0, const at:
   // H200 bf16 under CUDA-graph replay, 2026-12-05 12:06 (RESULTS.md): q 32 + k 8 heads x 128,
   // 1 token 2.32 -> 1.67 µs, 16 tokens 2.76 -> 1.77 (Liger in place 1.81 / 1.82, compile 2.80 /
   // 2.97). LTX_KERNELS_ROPE_WIDE_SLOTS=0 (read per call: an A/B switch) keeps the split above.
+  // Candidate (LTX_KERNELS_ROPE_WIDE_SLOTS=2|4, not yet timed): wide slots while the grid
+  // stays within 2 / 4 blocks per SM (every rope_kernel instantiation keeps 2 resident, the
+  // packed one 4), for prompts of a few hundred tokens: a 256-token Llama call (q 32 + k 8)
+  // runs 64 blocks of 4 tokens on half the SMs, each thread 3 head-pair passes, 3.00 µs
+  // under graph replay against Liger's 2.47 (2026-12-05 12:06).
+  const std::string_view wide_switch = ab_switch("LTX_KERNELS_ROPE_WIDE_SLOTS");
+  const int64_t wide_per_sm = wide_switch == "2" ? 2 : wide_switch == "4" ? 4 : 1;
   const int wide = std::min(kBlock / p.lanes, pow2_ceil(ceil_div(heads, int64_t{2})));
-  if (wide > p.slots && ab_switch("LTX_KERNELS_ROPE_WIDE_SLOTS") != "0" &&
-      ceil_div(tokens, static_cast<int64_t>(kBlock / (p.lanes * wide))) <= sm_count(device)) {
+  if (wide > p.slots && wide_switch != "0" &&
+      ceil_div(tokens, static_cast<int64_t>(kBlock / (p.lanes * wide))) <= sm_count(device) * wide_per_sm) {
     p.slots = wide;
   }
   const int per_block = kBlock / (p.lanes * p.slots);

@@ -730,18 +730,21 @@ def test_llama_real_shape(table_dtype):
 
 
 @requires_gpu
-@pytest.mark.parametrize("env", [{}, {"LTX_KERNELS_PDL": "0"}, {"LTX_KERNELS_ROPE_WIDE_SLOTS": "0"}],
-                         ids=["pdl", "no_pdl", "no_wide_slots"])
+@pytest.mark.parametrize("env", [{}, {"LTX_KERNELS_PDL": "0"}, {"LTX_KERNELS_ROPE_WIDE_SLOTS": "0"},
+                                 {"LTX_KERNELS_ROPE_WIDE_SLOTS": "4"}],
+                         ids=["pdl", "no_pdl", "no_wide_slots", "wide_slots_4"])
 def test_pdl_launch_real_shapes(monkeypatch, env):
     """With programmatic dependent launch (the default on sm_90+), without it
-    (LTX_KERNELS_PDL=0), and without the wide slots of few-token calls (every head pair in
-    one pass, the default; LTX_KERNELS_ROPE_WIDE_SLOTS=0 keeps the narrower split): the RoPE
-    kernel gives the same results in both layouts, decode-sized and large."""
+    (LTX_KERNELS_PDL=0), without the wide slots of few-token calls (every head pair in one
+    pass, the default; LTX_KERNELS_ROPE_WIDE_SLOTS=0 keeps the narrower split) and with them
+    up to 4 blocks per SM (=4: the prompts of 256 and 512 tokens too): the RoPE kernel gives
+    the same results in both layouts, decode-sized and large."""
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     test_llama_real_shape(torch.bfloat16)
     # decode-sized calls and a prompt; Llama's 32 + 8 heads, Qwen's 28 + 4, an odd 5 + 3
-    for (b, s), (hq, hk) in itertools.product([(1, 1), (16, 1), (3, 1), (1, 256)], [(32, 8), (28, 4), (5, 3)]):
+    for (b, s), (hq, hk) in itertools.product([(1, 1), (16, 1), (3, 1), (1, 256), (2, 257)],
+                                               [(32, 8), (28, 4), (5, 3)]):
         cos, sin = llama_tables(128, b, s, torch.bfloat16, "cuda")
         q = torch.randn(b, s, hq, 128, device="cuda", dtype=torch.bfloat16).transpose(1, 2)
         k = torch.randn(b, s, hk, 128, device="cuda", dtype=torch.bfloat16).transpose(1, 2)
