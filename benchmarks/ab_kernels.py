@@ -33,7 +33,8 @@ rms_norm_direct_kernel and rope_kernel without programmatic dependent launch
 (common/pdl.cuh); LTX_KERNELS_RMS_DECODE_C=4 gives decode-sized rows 4 vectors per thread
 instead of 2; LTX_KERNELS_RMS_SHORT=0 keeps per-head rows of many tokens on the direct
 kernel, =2 gives rms_norm_short_kernel 2 rows per thread instead of 4;
-LTX_KERNELS_ROPE_WIDE_SLOTS=0 keeps RoPE calls of few tokens to the narrower head split).
+LTX_KERNELS_ROPE_WIDE_SLOTS=0 keeps RoPE calls of few tokens to the narrower head split,
+=1 / =4 gives them a slot per head pair within 1 / 4 blocks per SM instead of 2).
 Decided candidates leave their switch behind or are dropped (2026-12-05: adaln_direct_kernel,
 the early weight, the GELU table, the packed rotate-half form, then PDL, decode C = 2, the
 compact GELU table and per-token AdaLN C = 2, then the short-row rmsnorm kernel and RoPE's
@@ -92,7 +93,7 @@ VARIANTS = {
         "ours": {},
         "ours (no PDL)": {"LTX_KERNELS_PDL": "0"},
         "ours (no wide slots)": {"LTX_KERNELS_ROPE_WIDE_SLOTS": "0"},
-        "ours (wide slots <= 2/SM)": {"LTX_KERNELS_ROPE_WIDE_SLOTS": "2"},
+        "ours (wide slots <= 1/SM)": {"LTX_KERNELS_ROPE_WIDE_SLOTS": "1"},
         "ours (wide slots <= 4/SM)": {"LTX_KERNELS_ROPE_WIDE_SLOTS": "4"},
     },
 }

@@ -410,21 +410,21 @@ void rope_rotate_launch(const at::Tensor& out0, const at::Tensor& in0, const at:
   p.pass_items = interleaved ? 0 : static_cast<int>((dim - rdim) / unit);
   p.lanes = std::min(kMaxLanes, pow2_ceil(std::max({p.rot_items, p.pass_items, 1})));
   p.slots = std::min(pow2_floor(heads), std::max(1, kGroupTarget / p.lanes));
-  // Calls of few tokens (decoding) get as many slots as take every pair of heads in one
-  // pass, while the grid stays within one block per SM. A slot's heads are rotated a pair at
-  // a time, loads then stores, so with the split above a decode token's 40 heads (Llama q 32
-  // + k 8, 8 slots) cost 3 dependent memory round trips; 32 slots make it 1.
+  // Calls of few tokens (decoding, short prompts) get as many slots as take every pair of
+  // heads in one pass, while the grid stays within 2 blocks per SM (every rope_kernel
+  // instantiation keeps 2 resident). A slot's heads are rotated a pair at a time, loads then
+  // stores, so with the split above a decode token's 40 heads (Llama q 32 + k 8, 8 slots)
+  // cost 3 dependent memory round trips, and a 256-token prompt ran 64 blocks of 4 tokens
+  // on half the SMs; 32 slots make it 1 round trip, one token per block.
   // (pow2_ceil(ceil(heads / 2)) <= pow2_floor(heads): no slot is left without a head.)
-  // H200 bf16 under CUDA-graph replay, 2026-12-05 12:06 (RESULTS.md): q 32 + k 8 heads x 128,
-  // 1 token 2.32 -> 1.67 µs, 16 tokens 2.76 -> 1.77 (Liger in place 1.81 / 1.82, compile 2.80 /
-  // 2.97). LTX_KERNELS_ROPE_WIDE_SLOTS=0 (read per call: an A/B switch) keeps the split above.
-  // Candidate (LTX_KERNELS_ROPE_WIDE_SLOTS=2|4, not yet timed): wide slots while the grid
-  // stays within 2 / 4 blocks per SM (every rope_kernel instantiation keeps 2 resident, the
-  // packed one 4), for prompts of a few hundred tokens: a 256-token Llama call (q 32 + k 8)
-  // runs 64 blocks of 4 tokens on half the SMs, each thread 3 head-pair passes, 3.00 µs
-  // under graph replay against Liger's 2.47 (2026-12-05 12:06).
+  // H200 bf16 under CUDA-graph replay, q 32 + k 8 heads x 128 (RESULTS.md, 2026-12-05):
+  // within 1 block per SM (12:06) 1 token 2.32 -> 1.67 µs, 16 tokens 2.76 -> 1.77 (Liger in
+  // place 1.81 / 1.82, compile 2.80 / 2.97); within 2 (13:16) 256 tokens 3.02 -> 2.52 (Liger
+  // 2.50; within 4: 2.51), 512 tokens unchanged at any limit (3.49; Liger 3.23).
+  // LTX_KERNELS_ROPE_WIDE_SLOTS (read per call: an A/B switch): 0 keeps the split above,
+  // 1 / 4 set the blocks-per-SM limit.
   const std::string_view wide_switch = ab_switch("LTX_KERNELS_ROPE_WIDE_SLOTS");
-  const int64_t wide_per_sm = wide_switch == "2" ? 2 : wide_switch == "4" ? 4 : 1;
+  const int64_t wide_per_sm = wide_switch == "1" ? 1 : wide_switch == "4" ? 4 : 2;
   const int wide = std::min(kBlock / p.lanes, pow2_ceil(ceil_div(heads, int64_t{2})));
   if (wide > p.slots && wide_switch != "0" &&
       ceil_div(tokens, static_cast<int64_t>(kBlock / (p.lanes * wide))) <= sm_count(device) * wide_per_sm) {
