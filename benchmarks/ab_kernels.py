@@ -33,6 +33,7 @@ rms_norm_direct_kernel and rope_kernel without programmatic dependent launch
 (common/pdl.cuh); LTX_KERNELS_RMS_DECODE_C=4 gives decode-sized rows 4 vectors per thread
 instead of 2; LTX_KERNELS_RMS_SHORT=0 keeps per-head rows of many tokens on the direct
 kernel, =2 gives rms_norm_short_kernel 2 rows per thread instead of 4;
+LTX_KERNELS_RMS_W_PREFETCH=1 prefetches rmsnorm's weight into L1 before the reduction;
 LTX_KERNELS_ROPE_WIDE_SLOTS=0 keeps RoPE calls of few tokens to the narrower head split,
 =1 / =4 gives them a slot per head pair within 1 / 4 blocks per SM instead of 2).
 Decided candidates leave their switch behind or are dropped (2026-12-05: adaln_direct_kernel,
@@ -66,6 +67,7 @@ VARIANTS = {
         "ours (row kernel)": {"LTX_KERNELS_RMS_KERNEL": "row"},
         "ours (short rows 2)": {"LTX_KERNELS_RMS_SHORT": "2"},
         "ours (no short rows)": {"LTX_KERNELS_RMS_SHORT": "0"},
+        "ours (weight prefetch)": {"LTX_KERNELS_RMS_W_PREFETCH": "1"},
     },
     "rmsnorm_small": {
         "ours": {},

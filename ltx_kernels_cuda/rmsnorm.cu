@@ -34,6 +34,7 @@ struct RmsNormParams {
   int tpr;         // threads per row (a power of two)
   float eps;
   float inv_cols;  // 1 / cols, worked out by the host (a division in front of the first load)
+  bool w_prefetch;  // rms_norm_direct_kernel without kEarlyW: prefetch the weight into L1
 };
 
 // out[j-th vector] = round_out(round_mid(v * inv) * w) for one vector of a row. kMid is
@@ -222,6 +223,17 @@ __global__ void __launch_bounds__(kBlock, kEarlyW ? 1 : kDirectMinBlocks<C>)
           if (active && j < nvec) wv[i] = V::load(w + j * N);
         }
       }
+    } else if (p.w_prefetch && w != nullptr) {
+      // Candidate (LTX_KERNELS_RMS_W_PREFETCH=1, not yet timed): the weight's lines on
+      // their way to L1 during the reduction, so the loads after it need no L2 round trip
+      // (~0.5 µs under load, in every block's chain, while its slot holds no x in flight);
+      // no registers, unlike kEarlyW. One prefetch per 128-byte line: the lane whose vector
+      // starts it.
+#pragma unroll
+      for (int i = 0; i < C; ++i) {
+        const int j = lane + i * p.tpr;
+        if (active && j < nvec && (j * V::kBytes) % 128 == 0) prefetch_l1(w + j * N);
+      }
     }
     float ss = cached_sum_squares(cur, lane, p.tpr, nvec, active);
     ss = row_sum(ss, rg, scratch);
@@ -373,6 +385,7 @@ bool launch_rms_norm_direct(RmsNormParams p, int vec, int device, cudaStream_t s
   // blocks as SMs (H200, CUDA-graph replay, 2026-12-05: 0.3-0.6 µs faster than loading it
   // after the reduction at every decode shape timed; RESULTS.md).
   const bool early_w = p.w != nullptr && one_wave(p.tpr);
+  p.w_prefetch = !early_w && ab_switch("LTX_KERNELS_RMS_W_PREFETCH") == "1";
   // Programmatic dependent launch on sm_90+ (common/pdl.cuh: the gap between kernels, most
   // of a decode-sized call under CUDA-graph replay).
   const bool pdl = pdl_requested(device);

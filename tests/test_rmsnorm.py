@@ -221,6 +221,18 @@ def test_one_dtype_kernel_decode_candidates(monkeypatch, candidate, rows, d):
 
 
 @requires_gpu
+@pytest.mark.parametrize("rows,d", [(4099, 8192), (2051, 4096), (5003, 2048), (777, 5120), (40000, 256)])
+def test_one_dtype_kernel_weight_prefetch(monkeypatch, rows, d):
+    """The weight-prefetch candidate (LTX_KERNELS_RMS_W_PREFETCH=1: the weight's lines
+    prefetched into L1 before the reduction) changes no result: many-row grids (the only
+    ones it touches), a row leaving threads idle (D = 5120), every weighted form."""
+    monkeypatch.setenv("LTX_KERNELS_RMS_W_PREFETCH", "1")
+    for x_dtype in DTYPES:
+        for semantics in ("llama", "diffusers", "torch"):
+            check_one_dtype_rows(rows, d, x_dtype, semantics, with_weight=True)
+
+
+@requires_gpu
 @pytest.mark.parametrize("r", ["", "2", "4", "0"], ids=["default", "2", "4", "off"])
 @pytest.mark.parametrize("rows,d", [(40000, 128), (9001, 64), (50000, 32), (20011, 200), (20011, 256),
                                     (20011, 120)])
