@@ -242,12 +242,22 @@ def test_one_dtype_kernel_short_rows(monkeypatch, r, rows, d):
     widths, a row of 4 vectors, rows leaving lanes idle (D = 200 bf16: 25 of 32; D = 120:
     15 of 16), and the widest the switch takes (32 vectors: D = 256 half, 128 fp32), over
     more than one wave (decode-sized calls keep the direct kernel), with a last partial
-    iteration."""
+    iteration; contiguous, and rows of a wider buffer (x and out)."""
     if r:
         monkeypatch.setenv("LTX_KERNELS_RMS_SHORT", r)
     for x_dtype in DTYPES:
         for semantics in ("llama", "diffusers", "torch"):
             check_one_dtype_rows(rows, d, x_dtype, semantics, with_weight=semantics != "diffusers")
+    # rows 8 elements apart beyond their length (a slice of a wider buffer), into a
+    # NaN-poisoned out whose rows are padded too
+    for x_dtype in DTYPES:
+        x = torch.randn(rows, d + 8, device="cuda").to(x_dtype)[:, :d]
+        w = make_weight(d, x_dtype, "cuda")
+        with torch.no_grad():
+            expected = MODULES["llama"][0](d, 1e-6, w)(x)
+        out = torch.full((rows, d + 16), float("nan"), device="cuda", dtype=expected.dtype)[:, :d]
+        kernel.rmsnorm(x, w, 1e-6, semantics="llama", out=out)
+        assert_matches_module(out, expected, mid_dtype(x_dtype, x_dtype, "llama"), f"strided {rows}x{d}")
 
 
 @requires_gpu
