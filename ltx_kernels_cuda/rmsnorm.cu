@@ -227,8 +227,8 @@ __global__ void __launch_bounds__(kBlock, kEarlyW ? 1 : kDirectMinBlocks<C>)
       // Candidate (LTX_KERNELS_RMS_W_PREFETCH=1, not yet timed): the weight's lines on
       // their way to L1 during the reduction, so the loads after it need no L2 round trip
       // (~0.5 µs under load, in every block's chain, while its slot holds no x in flight);
-      // no registers, unlike kEarlyW. One prefetch per 128-byte line: the lane whose vector
-      // starts it.
+      // no registers, unlike kEarlyW. One prefetch per 128 bytes of the weight (per line
+      // when it is 128-byte aligned, as the caching allocator's blocks are).
 #pragma unroll
       for (int i = 0; i < C; ++i) {
         const int j = lane + i * p.tpr;
