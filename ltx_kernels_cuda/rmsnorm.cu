@@ -73,23 +73,23 @@ __device__ __forceinline__ void load_cached(Vec<T, N> (&cache)[C], const T* xr, 
 // The fp32 sum of squares of the vectors load_cached gave, added as a tree (tree_sum: the
 // chain after the loads is log2(C * N) adds deep, not C * N). Both kernels use it, so they
 // add in the same order.
+template <typename T, int N>
+__device__ __forceinline__ float vec_sum_squares(const Vec<T, N>& v) {
+  float sq[N];
+#pragma unroll
+  for (int k = 0; k < N; ++k) {
+    const float f = to_float(v.v[k]);
+    sq[k] = f * f;
+  }
+  return tree_sum(sq);
+}
+
 template <int C, typename T, int N>
 __device__ __forceinline__ float cached_sum_squares(const Vec<T, N> (&cache)[C], int lane, int tpr,
                                                     int nvec, bool active) {
   float part[C];  // per vector; a vector outside the row (never loaded) is not read
 #pragma unroll
-  for (int i = 0; i < C; ++i) {
-    part[i] = 0.f;
-    if (active && lane + i * tpr < nvec) {
-      float sq[N];
-#pragma unroll
-      for (int k = 0; k < N; ++k) {
-        const float f = to_float(cache[i].v[k]);
-        sq[k] = f * f;
-      }
-      part[i] = tree_sum(sq);
-    }
-  }
+  for (int i = 0; i < C; ++i) part[i] = active && lane + i * tpr < nvec ? vec_sum_squares(cache[i]) : 0.f;
   return tree_sum(part);
 }
 
@@ -149,6 +149,30 @@ __global__ void rms_norm_kernel(RmsNormParams p) {
   }
 }
 
+// The one-dtype kernels' output vector: v * inv, times the weight vector load_w() gives
+// when has_w, stored at dst. With T's own rounding, round(v * inv) to T and then the product
+// in T rounded once: one packed multiply per pair (mul_rn, common/vec.cuh); otherwise fp32
+// math rounded at kM, then once to T. load_w is called only when has_w.
+template <typename T, Round kM, int N, typename LoadW>
+__device__ __forceinline__ void scale_store(const Vec<T, N>& v, float inv, bool has_w,
+                                            LoadW load_w, T* dst) {
+  float o[N];
+#pragma unroll
+  for (int k = 0; k < N; ++k) o[k] = to_float(v.v[k]) * inv;
+  if constexpr (!std::is_same_v<T, float> && kM == RoundOf<T>::value) {
+    const Vec<T, N> n = pack_from_float<T, N>(o);
+    (has_w ? mul_rn(n, load_w()) : n).store(dst);
+  } else {
+    if (has_w) {
+      const Vec<T, N> wj = load_w();
+      round_all<kM>(o);
+#pragma unroll
+      for (int k = 0; k < N; ++k) o[k] *= to_float(wj.v[k]);
+    }
+    pack_from_float<T, N>(o).store(dst);
+  }
+}
+
 // ---- one-dtype kernel --------------------------------------------------------------
 //
 // x, weight and out of one dtype T with 16-byte vectors and rows of at most
@@ -188,10 +212,6 @@ template <typename T, int kMid, int C, bool kEarlyW>
 __global__ void __launch_bounds__(kBlock, kEarlyW ? 1 : kDirectMinBlocks<C>)
     rms_norm_direct_kernel(RmsNormParams p) {
   constexpr int N = 16 / static_cast<int>(sizeof(T));
-  constexpr Round kM = static_cast<Round>(kMid);
-  // round(x * inv) to T, then a product in T rounded once: one packed multiply per pair
-  // (mul_rn, common/vec.cuh).
-  constexpr bool kPackedMul = !std::is_same_v<T, float> && kM == RoundOf<T>::value;
   using V = Vec<T, N>;
   __shared__ float scratch_mem[kRowScratchFloats];
   RowScratch scratch{scratch_mem};
@@ -244,21 +264,9 @@ __global__ void __launch_bounds__(kBlock, kEarlyW ? 1 : kDirectMinBlocks<C>)
     for (int i = 0; i < C; ++i) {
       const int j = lane + i * p.tpr;
       if (j >= nvec) continue;
-      float o[N];
-#pragma unroll
-      for (int k = 0; k < N; ++k) o[k] = to_float(cur[i].v[k]) * inv;
-      if constexpr (kPackedMul) {
-        const V n = pack_from_float<T, N>(o);
-        (w != nullptr ? mul_rn(n, kEarlyW ? wv[i] : V::load(w + j * N)) : n).store(orow + j * N);
-      } else {
-        if (w != nullptr) {
-          const V wj = kEarlyW ? wv[i] : V::load(w + j * N);
-          round_all<kM>(o);
-#pragma unroll
-          for (int k = 0; k < N; ++k) o[k] *= to_float(wj.v[k]);
-        }
-        pack_from_float<T, N>(o).store(orow + j * N);
-      }
+      scale_store<T, static_cast<Round>(kMid)>(
+          cur[i], inv, w != nullptr, [&] { return kEarlyW ? wv[i] : V::load(w + j * N); },
+          orow + j * N);
     }
   }
 }
@@ -293,51 +301,29 @@ __global__ void __launch_bounds__(kBlock, kDirectMinBlocks<R>)
   // registers) read it again per row, from L1 (a 128-256 byte vector), or they spill.
   V wv;
   if (kPackedMul && w != nullptr && in_row) wv = V::load(w + col);
+  auto load_w = [&] { return kPackedMul ? wv : V::load(w + col); };
   const int64_t per_iter = static_cast<int64_t>(rg.groups) * R;
   for (int64_t base = blockIdx.x * per_iter; base < p.rows; base += gridDim.x * per_iter) {
+    int64_t row[R];
+    bool live[R];
     V cur[R];
 #pragma unroll
     for (int i = 0; i < R; ++i) {
-      const int64_t row = base + i * rg.groups + rg.group;
-      if (in_row && row < p.rows) cur[i] = V::load(x + row * p.x_stride + col);
+      row[i] = base + i * rg.groups + rg.group;
+      live[i] = in_row && row[i] < p.rows;
+      if (live[i]) cur[i] = V::load(x + row[i] * p.x_stride + col);
     }
     float ss[R];
 #pragma unroll
     for (int i = 0; i < R; ++i) {
-      const int64_t row = base + i * rg.groups + rg.group;
-      float part = 0.f;
-      if (in_row && row < p.rows) {
-        float sq[N];
-#pragma unroll
-        for (int k = 0; k < N; ++k) {
-          const float f = to_float(cur[i].v[k]);
-          sq[k] = f * f;
-        }
-        part = tree_sum(sq);
-      }
-      ss[i] = warp_group_sum(part, rg.tpr);  // every lane of the warp takes part
+      // every lane of the warp takes part in the sum
+      ss[i] = warp_group_sum(live[i] ? vec_sum_squares(cur[i]) : 0.f, rg.tpr);
     }
 #pragma unroll
     for (int i = 0; i < R; ++i) {
-      const int64_t row = base + i * rg.groups + rg.group;
-      if (!in_row || row >= p.rows) continue;
-      const float inv = rsqrtf(ss[i] * p.inv_cols + p.eps);
-      float o[N];
-#pragma unroll
-      for (int k = 0; k < N; ++k) o[k] = to_float(cur[i].v[k]) * inv;
-      T* dst = out + row * p.out_stride + col;
-      if constexpr (kPackedMul) {
-        const V n = pack_from_float<T, N>(o);
-        (w != nullptr ? mul_rn(n, wv) : n).store(dst);
-      } else {
-        if (w != nullptr) {
-          const V wj = V::load(w + col);
-          round_all<kM>(o);
-#pragma unroll
-          for (int k = 0; k < N; ++k) o[k] *= to_float(wj.v[k]);
-        }
-        pack_from_float<T, N>(o).store(dst);
-      }
+      if (!live[i]) continue;
+      scale_store<T, kM>(cur[i], rsqrtf(ss[i] * p.inv_cols + p.eps), w != nullptr, load_w,
+                         out + row[i] * p.out_stride + col);
     }
   }
 }

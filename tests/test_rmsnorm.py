@@ -167,18 +167,20 @@ def test_one_dtype_kernel_many_rows(rows, d, x_dtype, semantics, with_weight):
     check_one_dtype_rows(rows, d, x_dtype, semantics, with_weight)
 
 
-def check_one_dtype_rows(rows, d, x_dtype, semantics, with_weight):
+def check_one_dtype_rows(rows, d, x_dtype, semantics, with_weight, pad=0):
     """rows x d of random x (and a weight of x's dtype) through `semantics`' module and
-    through ours into a NaN-poisoned out: they must match."""
+    through ours into a NaN-poisoned out: they must match. pad > 0: x's rows are `pad`
+    elements apart beyond their length and out's 2 * pad (slices of wider buffers)."""
     w_dtype = x_dtype if with_weight else None
-    x = torch.randn(rows, d, device="cuda").to(x_dtype)
+    x = torch.randn(rows, d + pad, device="cuda").to(x_dtype)[:, :d]
     w = make_weight(d, w_dtype, "cuda")
     module = MODULES[semantics][0](d, 1e-6, w)
     with torch.no_grad():
         expected = module(x)
-    out = torch.full_like(expected, float("nan"))
+    out = torch.full((rows, d + 2 * pad), float("nan"), device="cuda", dtype=expected.dtype)[:, :d]
     kernel.rmsnorm(x, w, 1e-6, semantics=semantics, out=out)
-    assert_matches_module(out, expected, mid_dtype(x_dtype, w_dtype, semantics), f"{rows}x{d}")
+    what = f"{rows}x{d}" + (f" rows padded by {pad}" if pad else "")
+    assert_matches_module(out, expected, mid_dtype(x_dtype, w_dtype, semantics), what)
 
 
 @requires_gpu
@@ -248,16 +250,7 @@ def test_one_dtype_kernel_short_rows(monkeypatch, r, rows, d):
     for x_dtype in DTYPES:
         for semantics in ("llama", "diffusers", "torch"):
             check_one_dtype_rows(rows, d, x_dtype, semantics, with_weight=semantics != "diffusers")
-    # rows 8 elements apart beyond their length (a slice of a wider buffer), into a
-    # NaN-poisoned out whose rows are padded too
-    for x_dtype in DTYPES:
-        x = torch.randn(rows, d + 8, device="cuda").to(x_dtype)[:, :d]
-        w = make_weight(d, x_dtype, "cuda")
-        with torch.no_grad():
-            expected = MODULES["llama"][0](d, 1e-6, w)(x)
-        out = torch.full((rows, d + 16), float("nan"), device="cuda", dtype=expected.dtype)[:, :d]
-        kernel.rmsnorm(x, w, 1e-6, semantics="llama", out=out)
-        assert_matches_module(out, expected, mid_dtype(x_dtype, x_dtype, "llama"), f"strided {rows}x{d}")
+        check_one_dtype_rows(rows, d, x_dtype, "llama", with_weight=True, pad=8)
 
 
 @requires_gpu
