@@ -89,7 +89,7 @@ VARIANTS = {
     },
     "rope": {
         "ours": {},
-        "ours (no PDL)": {"LTX_KERNELS_PDL": "0"},
+        "ours (4 heads per pass)": {"LTX_KERNELS_ROPE_HEADS_PER_PASS": "4"},
     },
     "rope_small": {
         "ours": {},
@@ -97,6 +97,9 @@ VARIANTS = {
         "ours (no wide slots)": {"LTX_KERNELS_ROPE_WIDE_SLOTS": "0"},
         "ours (wide slots <= 1/SM)": {"LTX_KERNELS_ROPE_WIDE_SLOTS": "1"},
         "ours (wide slots <= 4/SM)": {"LTX_KERNELS_ROPE_WIDE_SLOTS": "4"},
+        "ours (4 heads per pass)": {"LTX_KERNELS_ROPE_HEADS_PER_PASS": "4"},
+        "ours (4 heads per pass, wide <= 4/SM)": {"LTX_KERNELS_ROPE_HEADS_PER_PASS": "4",
+                                                  "LTX_KERNELS_ROPE_WIDE_SLOTS": "4"},
     },
 }
 
