@@ -85,7 +85,7 @@ VARIANTS = {
         "ours (computed)": {"LTX_KERNELS_GELU_TABLE": "0"},
         "ours (full table)": {"LTX_KERNELS_GELU_TABLE": "full"},
         "ours (compact table)": {"LTX_KERNELS_GELU_TABLE": "compact"},
-        "ours (GEGLU compact table)": {"LTX_KERNELS_GEGLU_TABLE": "compact"},
+        "ours (GEGLU one vector)": {"LTX_KERNELS_GEGLU_U": "1"},
     },
     "rope": {
         "ours": {},

@@ -214,6 +214,28 @@ def test_table_path_every_half_value(monkeypatch, dtype, approximate, table):
                           eager_geglu(x, approximate, gate_first), f"geglu gate_first={gate_first}")
 
 
+@requires_gpu
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("approximate", APPROX)
+@pytest.mark.parametrize("env", [{}, {"LTX_KERNELS_GEGLU_U": "1"}], ids=["default", "one_vector"])
+def test_geglu_launch_forms(monkeypatch, dtype, approximate, env):
+    """GEGLU's computed kernel at its default (2 vectors per operand per thread) and with the
+    one-vector candidate (LTX_KERNELS_GEGLU_U=1: 1 vector, 8 blocks per SM): every 16-bit
+    gate pattern, rows whose tile column ends part-way (d = 8192 + 8, 1000), strided rows, a
+    row count that is not a multiple of the grid's, both halves' orders; bit-exact vs eager."""
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    pats = torch.arange(-(1 << 15), 1 << 15, dtype=torch.int32, device="cuda").to(torch.int16)
+    for rows, d, pad in [(1031, 8192, 0), (257, 8200, 0), (4099, 1000, 0), (333, 2048, 24)]:
+        x = torch.empty(rows, 2 * d + pad, dtype=dtype, device="cuda")[:, : 2 * d]
+        x.view(torch.int16).copy_(pats[torch.randint(0, 1 << 16, (rows, 2 * d), device="cuda")])
+        x[:, d:] = torch.randn(rows, d, device="cuda").to(dtype)  # one half finite and tame
+        for gate_first in (True, False):
+            out = torch.full((rows, d), float("nan"), dtype=dtype, device="cuda")
+            kernel.geglu(x, approximate, gate_first=gate_first, out=out)
+            assert_bits_equal(out, eager_geglu(x, approximate, gate_first), f"{rows}x{d} gate_first={gate_first}")
+
+
 # ---- geglu: float64, eager, modules ----------------------------------------------
 
 
