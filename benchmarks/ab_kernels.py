@@ -64,8 +64,6 @@ from bench_ops import (Timer, cold_l2_us, import_liger, load_kernel, ref_adaln_l
 VARIANTS = {
     "rmsnorm": {
         "ours": {},
-        "ours (row kernel)": {"LTX_KERNELS_RMS_KERNEL": "row"},
-        "ours (short rows 2)": {"LTX_KERNELS_RMS_SHORT": "2"},
         "ours (no short rows)": {"LTX_KERNELS_RMS_SHORT": "0"},
         "ours (weight prefetch)": {"LTX_KERNELS_RMS_W_PREFETCH": "1"},
     },
