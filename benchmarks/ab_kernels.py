@@ -66,6 +66,8 @@ VARIANTS = {
         "ours": {},
         "ours (no short rows)": {"LTX_KERNELS_RMS_SHORT": "0"},
         "ours (weight prefetch)": {"LTX_KERNELS_RMS_W_PREFETCH": "1"},
+        "ours (L2 ahead 1 wave)": {"LTX_KERNELS_RMS_L2_AHEAD": "1"},
+        "ours (L2 ahead 2 waves)": {"LTX_KERNELS_RMS_L2_AHEAD": "2"},
     },
     "rmsnorm_small": {
         "ours": {},
