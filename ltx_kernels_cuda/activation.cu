@@ -35,16 +35,6 @@ constexpr int kBlock = 256;   // most threads per block
 template <bool kGated>
 constexpr int kUnroll = kGated ? 2 : 4;
 constexpr int kMinBlocks = 4; // resident blocks per SM the register budget must allow (<= 64 regs)
-// The one-vector GEGLU candidate (LTX_KERNELS_GEGLU_U=1): a full SM of 256-thread blocks
-// on sm_80 / sm_90 (32 registers); sm_75 holds 1024 threads per SM, sm_86 / 89 / 120 1536,
-// and sm_100 spills at 32 registers, so 4 / 6 there.
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
-constexpr int kOneVecMinBlocks = 4;
-#elif defined(__CUDA_ARCH__) && (__CUDA_ARCH__ == 800 || __CUDA_ARCH__ == 900)
-constexpr int kOneVecMinBlocks = 8;
-#else
-constexpr int kOneVecMinBlocks = 6;
-#endif
 constexpr int kRowBlocks = 32; // blocks per SM down the rows at most; each walks on from there
 
 // Constants exactly as ATen computes them (double math, then one cast to float).
@@ -118,9 +108,10 @@ __device__ __forceinline__ Vec<T, N> act_vec(const Vec<T, N>& gv, const Vec<T, N
 // Grid: x = tile columns (U * tpr vectors of a row each), y = row groups walked with a
 // stride of gridDim.y groups. A thread's columns are fixed, so its bounds checks are
 // hoisted out of the row loop and its addresses only advance by a constant per row.
-template <typename T, int N, GeluKind K, bool kGated, int U = kUnroll<kGated>, int kMinB = kMinBlocks>
-__global__ void __launch_bounds__(kBlock, kMinB) act_kernel(ActParams p) {
+template <typename T, int N, GeluKind K, bool kGated>
+__global__ void __launch_bounds__(kBlock, kMinBlocks) act_kernel(ActParams p) {
   using V = Vec<T, N>;
+  constexpr int U = kUnroll<kGated>;
   const T* gate = static_cast<const T*>(p.gate);
   const T* value = static_cast<const T*>(p.value);
   T* out = static_cast<T*>(p.out);
@@ -552,18 +543,7 @@ void launch(ActParams p, int64_t rows, int64_t cols, int vec, const at::Tensor& 
   });
   if (done) return;
 
-  // Candidate (LTX_KERNELS_GEGLU_U=1, read per call; gated 16-bit calls of 16-byte vectors):
-  // one vector per operand per thread at up to 8 blocks per SM (<= 32 registers) instead of
-  // two at 4 (64 registers, their cap). Why: GEGLU bf16 [16128, 16384 -> 8192] runs at
-  // 97.6% of copy, 1.02x inductor's kernel (186.5 µs), which computes the same tanhf with
-  // small blocks at full occupancy; ours holds 1024 threads per SM, half, to hide each
-  // thread's ~450-instruction compute phase between its loads and stores.
-  bool one_vec = false;
-  if constexpr (kGated) {
-    one_vec = vec * like.element_size() == 16 && like.element_size() == 2 &&
-              ab_switch("LTX_KERNELS_GEGLU_U") == "1";
-  }
-  const int U = one_vec ? 1 : kUnroll<kGated>;
+  constexpr int U = kUnroll<kGated>;
   const int block = row_block(p, U, kBlock);
   const int64_t groups = block / p.tpr;
   const int64_t col_tiles = std::max<int64_t>(1, ceil_div(p.nvec, static_cast<int64_t>(U) * p.tpr));
@@ -580,17 +560,6 @@ void launch(ActParams p, int64_t rows, int64_t cols, int vec, const at::Tensor& 
     dispatch_vec(vec, [&](auto n) {
       constexpr int N = decltype(n)::value;
       if constexpr (N * sizeof(T) <= 16) {
-        if constexpr (kGated && N * sizeof(T) == 16 && sizeof(T) == 2) {
-          if (one_vec) {
-            if (kind == GeluKind::kTanh) {
-              act_kernel<T, N, GeluKind::kTanh, true, 1, kOneVecMinBlocks><<<grid, block, 0, stream>>>(p);
-            } else {
-              act_kernel<T, N, GeluKind::kErf, true, 1, kOneVecMinBlocks><<<grid, block, 0, stream>>>(p);
-            }
-            C10_CUDA_KERNEL_LAUNCH_CHECK();
-            return;
-          }
-        }
         if (kind == GeluKind::kTanh) {
           act_kernel<T, N, GeluKind::kTanh, kGated><<<grid, block, 0, stream>>>(p);
         } else {

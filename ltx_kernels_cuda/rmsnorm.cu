@@ -34,24 +34,7 @@ struct RmsNormParams {
   int tpr;         // threads per row (a power of two)
   float eps;
   float inv_cols;  // 1 / cols, worked out by the host (a division in front of the first load)
-  bool w_prefetch;  // rms_norm_direct_kernel without kEarlyW: prefetch the weight into L1
-  int64_t l2_ahead;  // one-dtype kernels: prefetch into L2 the row this many rows ahead (0: none)
 };
-
-// Candidate (LTX_KERNELS_RMS_L2_AHEAD=1|2): x's row `ahead` rows on (about the row a block
-// starting one (two) waves of resident blocks later takes, blocks being dispatched in index
-// order) asked into L2 right after this row's loads, one prefetch per 128-byte line, by the
-// threads whose vector starts a line. Why: a block's x slots hold nothing in flight while it
-// reduces, loads the weight and stores, and at most 4 rows per SM (D = 8192) are in flight;
-// prefetches take no registers, so DRAM keeps streaming the next wave's rows meanwhile and
-// their loads meet L2 latency.
-template <typename T>
-__device__ __forceinline__ void prefetch_row_ahead(const T* x, int64_t row, int64_t rows,
-                                                   int64_t stride, int64_t ahead, int col) {
-  if (ahead > 0 && row + ahead < rows && (col * sizeof(T)) % 128 == 0) {
-    prefetch_l2(x + (row + ahead) * stride + col);
-  }
-}
 
 // out[j-th vector] = round_out(round_mid(v * inv) * w) for one vector of a row. kMid is
 // fixed at compile time (a run-time kind would be a branch per element).
@@ -250,15 +233,6 @@ __global__ void __launch_bounds__(kBlock, kEarlyW ? 1 : kDirectMinBlocks<C>)
     // x first: the sum waits for it; the weight is not needed until after the reduction.
     V cur[C];
     load_cached(cur, xr, lane, p.tpr, nvec, active);
-    if constexpr (!kEarlyW) {
-      if (active) {
-#pragma unroll
-        for (int i = 0; i < C; ++i) {
-          const int j = lane + i * p.tpr;
-          if (j < nvec) prefetch_row_ahead(x, row, br.end, p.x_stride, p.l2_ahead, j * N);
-        }
-      }
-    }
     V wv[C];
     if constexpr (kEarlyW) {
       if (w != nullptr) {
@@ -267,17 +241,6 @@ __global__ void __launch_bounds__(kBlock, kEarlyW ? 1 : kDirectMinBlocks<C>)
           const int j = lane + i * p.tpr;
           if (active && j < nvec) wv[i] = V::load(w + j * N);
         }
-      }
-    } else if (p.w_prefetch && w != nullptr) {
-      // Candidate (LTX_KERNELS_RMS_W_PREFETCH=1, not yet timed): the weight's lines on
-      // their way to L1 during the reduction, so the loads after it need no L2 round trip
-      // (~0.5 µs under load, in every block's chain, while its slot holds no x in flight);
-      // no registers, unlike kEarlyW. One prefetch per 128 bytes of the weight (per line
-      // when it is 128-byte aligned, as the caching allocator's blocks are).
-#pragma unroll
-      for (int i = 0; i < C; ++i) {
-        const int j = lane + i * p.tpr;
-        if (active && j < nvec && (j * V::kBytes) % 128 == 0) prefetch_l1(w + j * N);
       }
     }
     float ss = cached_sum_squares(cur, lane, p.tpr, nvec, active);
@@ -338,10 +301,6 @@ __global__ void __launch_bounds__(kBlock, kDirectMinBlocks<R>)
       live[i] = in_row && row[i] < p.rows;
       if (live[i]) cur[i] = V::load(x + row[i] * p.x_stride + col);
     }
-#pragma unroll
-    for (int i = 0; i < R; ++i) {
-      if (live[i]) prefetch_row_ahead(x, row[i], p.rows, p.x_stride, p.l2_ahead, col);
-    }
     float ss[R];
 #pragma unroll
     for (int i = 0; i < R; ++i) {
@@ -355,17 +314,6 @@ __global__ void __launch_bounds__(kBlock, kDirectMinBlocks<R>)
                          out + row[i] * p.out_stride + col);
     }
   }
-}
-
-// The prefetch distance of prefetch_row_ahead in rows, for a kernel of kBlock threads taking
-// `rows_per_block` rows per iteration: 0 unless LTX_KERNELS_RMS_L2_AHEAD (read per call) is
-// 1 or 2, then that many waves of resident blocks.
-inline int64_t l2_ahead_rows(const void* kernel, int64_t rows_per_block, int device) {
-  const std::string_view ahead = ab_switch("LTX_KERNELS_RMS_L2_AHEAD");
-  const int waves = ahead == "1" ? 1 : ahead == "2" ? 2 : 0;
-  if (waves == 0) return 0;
-  return static_cast<int64_t>(waves) * resident_blocks(kernel, kBlock, 0, device) *
-         sm_count(device) * rows_per_block;
 }
 
 // Launches rms_norm_direct_kernel for a call it takes (16-byte vectors, rows of at most
@@ -401,7 +349,6 @@ bool launch_rms_norm_direct(RmsNormParams p, int vec, int device, cudaStream_t s
     p.tpr = pow2_ceil(nvec);
     const int r = short_rows == "2" ? 2 : 4;
     auto kernel = r == 2 ? rms_norm_short_kernel<T, kMid, 2> : rms_norm_short_kernel<T, kMid, 4>;
-    p.l2_ahead = l2_ahead_rows(reinterpret_cast<const void*>(kernel), (kBlock / p.tpr) * r, device);
     launch_rows(kernel, p, kBlock, (kBlock / p.tpr) * r, device, stream, pdl_requested(device));
     C10_CUDA_KERNEL_LAUNCH_CHECK();
     return true;
@@ -412,14 +359,10 @@ bool launch_rms_norm_direct(RmsNormParams p, int vec, int device, cudaStream_t s
   // blocks as SMs (H200, CUDA-graph replay, 2026-12-05: 0.3-0.6 µs faster than loading it
   // after the reduction at every decode shape timed; RESULTS.md).
   const bool early_w = p.w != nullptr && one_wave(p.tpr);
-  p.w_prefetch = !early_w && ab_switch("LTX_KERNELS_RMS_W_PREFETCH") == "1";
   // Programmatic dependent launch on sm_90+ (common/pdl.cuh: the gap between kernels, most
   // of a decode-sized call under CUDA-graph replay).
   const bool pdl = pdl_requested(device);
-  auto go = [&](auto kernel) {
-    if (!early_w) p.l2_ahead = l2_ahead_rows(reinterpret_cast<const void*>(kernel), groups, device);
-    launch_rows(kernel, p, kBlock, groups, device, stream, pdl);
-  };
+  auto go = [&](auto kernel) { launch_rows(kernel, p, kBlock, groups, device, stream, pdl); };
   if (cache == 4) {
     early_w ? go(rms_norm_direct_kernel<T, kMid, 4, true>) : go(rms_norm_direct_kernel<T, kMid, 4, false>);
   } else {

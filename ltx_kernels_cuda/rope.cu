@@ -132,18 +132,13 @@ constexpr int kPackedMinBlocks = 2;
 #else
 constexpr int kPackedMinBlocks = 4;
 #endif
-// With 4 heads' loads in flight per thread (kHeads = 4, a candidate): 80 registers on sm_90.
-constexpr int kPackedDeepMinBlocks = kPackedMinBlocks < 3 ? kPackedMinBlocks : 3;
 
 // kPair (interleaved only): pair tables [B, S, D/2], value i for channels 2i and 2i+1, so a
 // unit of kUnit channels reads kUnit/2 table values (half the table bytes).
-// kHeads (kPacked only; 2 otherwise): heads whose loads a thread issues before it rotates and
-// stores any of them (the slot's heads hh, hh + slots, ...).
 template <typename Tx, typename Tc, int U, bool kInterleaved, bool kInverse, bool kPacked = false,
-          bool kPair = false, int kHeads = 2>
-__global__ void __launch_bounds__(kBlock, !kPacked ? kMinBlocks : kHeads > 2 ? kPackedDeepMinBlocks : kPackedMinBlocks)
+          bool kPair = false>
+__global__ void __launch_bounds__(kBlock, kPacked ? kPackedMinBlocks : kMinBlocks)
     rope_kernel(const RopeParams p) {
-  static_assert(kHeads == 2 || (kPacked && kHeads > 2), "more heads per pass: the packed form only");
   static_assert(!kPacked || (U == 8 && std::is_same_v<Tx, Tc> && !std::is_same_v<Tx, float> &&
                              !kInterleaved && !kInverse),
                 "the packed form is the rotate-half forward on 16-byte vectors of one half dtype");
@@ -266,36 +261,12 @@ __global__ void __launch_bounds__(kBlock, !kPacked ? kMinBlocks : kHeads > 2 ? k
           using V = Vec<Tx, 8>;
           const V c1 = V::load(cr + lo), c2 = V::load(cr + hi);
           const V s1 = V::load(sr + lo), s2 = V::load(sr + hi);
-          auto rotate = [&](V& a, V& z) {  // a: first half, z: second half
-            const V na = sub_rn(mul_rn(a, c1), mul_rn(z, s1));
-            z = add_rn(mul_rn(z, c2), mul_rn(a, s2));
-            a = na;
-          };
-          if constexpr (kHeads == 2) {
-            rotate_heads([](const Tx* ptr) { return V::load(ptr); }, rotate);
-          } else {
-            // kHeads heads' loads in flight per thread before the first store.
-            for (int hh = slot; hh < heads; hh += kHeads * p.slots) {
-              V a[kHeads], z[kHeads];
-#pragma unroll
-              for (int k = 0; k < kHeads; ++k) {
-                if (hh + k * p.slots < heads) {
-                  const Tx* x = in_row(hh + k * p.slots);
-                  a[k] = V::load(x + lo);
-                  z[k] = V::load(x + hi);
-                }
-              }
-#pragma unroll
-              for (int k = 0; k < kHeads; ++k) {
-                if (hh + k * p.slots < heads) {
-                  Tx* o = out_row(hh + k * p.slots);
-                  rotate(a[k], z[k]);
-                  a[k].store(o + lo);
-                  z[k].store(o + hi);
-                }
-              }
-            }
-          }
+          rotate_heads([](const Tx* ptr) { return V::load(ptr); },
+                       [&](V& a, V& z) {  // a: first half, z: second half
+                         const V na = sub_rn(mul_rn(a, c1), mul_rn(z, s1));
+                         z = add_rn(mul_rn(z, c2), mul_rn(a, s2));
+                         a = na;
+                       });
         } else {
           UC c1, c2, s1, s2;
           c1.load(cr + lo);
@@ -467,12 +438,6 @@ void rope_rotate_launch(const at::Tensor& out0, const at::Tensor& in0, const at:
   const bool pdl = pdl_requested(device);
   p.step_s = step / batch;
   p.step_b = step % batch;
-  // Candidate (LTX_KERNELS_ROPE_HEADS_PER_PASS=4, read per call): the packed rotate-half form
-  // (Llama, tables in the input's dtype) issues 4 heads' loads per thread before its first
-  // store instead of 2 (3 blocks per SM instead of 4; bytes in flight per SM 64 -> 96 KB).
-  // Why: rope_llama q 32 x 8192 x 128 + k 8 heads runs at 88% of copy (45.5 µs; Liger in
-  // place 43.5) with each thread's 5 heads in 3 dependent load-store passes.
-  const int heads_per_pass = ab_switch("LTX_KERNELS_ROPE_HEADS_PER_PASS") == "4" ? 4 : 2;
 
   dispatch_float(in0.scalar_type(), [&](auto xt) {
     using Tx = typename decltype(xt)::type;
@@ -497,11 +462,7 @@ void rope_rotate_launch(const at::Tensor& out0, const at::Tensor& in0, const at:
                 }
               } else if constexpr (!kInv && U == 8 && std::is_same_v<Tc, Tx> &&
                                    !std::is_same_v<Tx, float>) {
-                if (heads_per_pass == 4) {
-                  launch_pdl(rope_kernel<Tx, Tc, U, false, false, true, false, 4>, grid, kBlock, stream, pdl, p);
-                } else {
-                  launch_pdl(rope_kernel<Tx, Tc, U, false, false, true>, grid, kBlock, stream, pdl, p);
-                }
+                launch_pdl(rope_kernel<Tx, Tc, U, false, false, true>, grid, kBlock, stream, pdl, p);
                 C10_CUDA_KERNEL_LAUNCH_CHECK();
               } else {
                 launch_pdl(rope_kernel<Tx, Tc, U, false, kInv>, grid, kBlock, stream, pdl, p);

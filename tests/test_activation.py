@@ -217,14 +217,10 @@ def test_table_path_every_half_value(monkeypatch, dtype, approximate, table):
 @requires_gpu
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("approximate", APPROX)
-@pytest.mark.parametrize("env", [{}, {"LTX_KERNELS_GEGLU_U": "1"}], ids=["default", "one_vector"])
-def test_geglu_launch_forms(monkeypatch, dtype, approximate, env):
-    """GEGLU's computed kernel at its default (2 vectors per operand per thread) and with the
-    one-vector candidate (LTX_KERNELS_GEGLU_U=1: 1 vector, 8 blocks per SM): every 16-bit
-    gate pattern, rows whose tile column ends part-way (d = 8192 + 8, 1000), strided rows, a
-    row count that is not a multiple of the grid's, both halves' orders; bit-exact vs eager."""
-    for name, value in env.items():
-        monkeypatch.setenv(name, value)
+def test_geglu_launch_forms(dtype, approximate):
+    """GEGLU's computed kernel (2 vectors per operand per thread): every 16-bit gate pattern,
+    rows whose tile column ends part-way (d = 8192 + 8, 1000), strided rows, a row count that
+    is not a multiple of the grid's, both halves' orders; bit-exact vs eager."""
     pats = torch.arange(-(1 << 15), 1 << 15, dtype=torch.int32, device="cuda").to(torch.int16)
     for rows, d, pad in [(1031, 8192, 0), (257, 8200, 0), (4099, 1000, 0), (333, 2048, 24)]:
         x = torch.empty(rows, 2 * d + pad, dtype=dtype, device="cuda")[:, : 2 * d]

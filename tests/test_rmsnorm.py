@@ -223,26 +223,6 @@ def test_one_dtype_kernel_decode_candidates(monkeypatch, candidate, rows, d):
 
 
 @requires_gpu
-@pytest.mark.parametrize("env", [{"LTX_KERNELS_RMS_W_PREFETCH": "1"}, {"LTX_KERNELS_RMS_L2_AHEAD": "1"},
-                                 {"LTX_KERNELS_RMS_L2_AHEAD": "2"}],
-                         ids=["weight_prefetch", "l2_ahead_1", "l2_ahead_2"])
-@pytest.mark.parametrize("rows,d", [(4099, 8192), (2051, 4096), (5003, 2048), (777, 5120), (40000, 256),
-                                    (40000, 128), (9001, 64)])
-def test_one_dtype_kernel_prefetch_candidates(monkeypatch, env, rows, d):
-    """The prefetch candidates change no result: LTX_KERNELS_RMS_W_PREFETCH=1 (the weight's
-    lines into L1 before the reduction) and LTX_KERNELS_RMS_L2_AHEAD=1 / 2 (x's row one / two
-    waves of resident blocks ahead into L2; the short-row kernel's per-head rows too): many-row
-    grids (the only ones they touch), a row leaving threads idle (D = 5120), rows whose
-    prefetch distance passes the end, every form, and rows of a wider buffer."""
-    for name, value in env.items():
-        monkeypatch.setenv(name, value)
-    for x_dtype in DTYPES:
-        for semantics in ("llama", "diffusers", "torch"):
-            check_one_dtype_rows(rows, d, x_dtype, semantics, with_weight=True)
-        check_one_dtype_rows(rows, d, x_dtype, "diffusers", with_weight=False, pad=8)
-
-
-@requires_gpu
 @pytest.mark.parametrize("r", ["", "2", "4", "0"], ids=["default", "2", "4", "off"])
 @pytest.mark.parametrize("rows,d", [(40000, 128), (9001, 64), (50000, 32), (20011, 200), (20011, 256),
                                     (20011, 120)])

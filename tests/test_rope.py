@@ -731,20 +731,15 @@ def test_llama_real_shape(table_dtype):
 
 @requires_gpu
 @pytest.mark.parametrize("env", [{}, {"LTX_KERNELS_PDL": "0"}, {"LTX_KERNELS_ROPE_WIDE_SLOTS": "0"},
-                                 {"LTX_KERNELS_ROPE_WIDE_SLOTS": "1"}, {"LTX_KERNELS_ROPE_WIDE_SLOTS": "4"},
-                                 {"LTX_KERNELS_ROPE_HEADS_PER_PASS": "4"},
-                                 {"LTX_KERNELS_ROPE_HEADS_PER_PASS": "4", "LTX_KERNELS_ROPE_WIDE_SLOTS": "0"}],
-                         ids=["pdl", "no_pdl", "no_wide_slots", "wide_slots_1", "wide_slots_4",
-                              "heads_per_pass_4", "heads_per_pass_4_narrow"])
+                                 {"LTX_KERNELS_ROPE_WIDE_SLOTS": "1"}, {"LTX_KERNELS_ROPE_WIDE_SLOTS": "4"}],
+                         ids=["pdl", "no_pdl", "no_wide_slots", "wide_slots_1", "wide_slots_4"])
 def test_pdl_launch_real_shapes(monkeypatch, env):
     """With programmatic dependent launch (the default on sm_90+), without it
     (LTX_KERNELS_PDL=0), without the wide slots of few-token calls (every head pair in one
     pass, by default while the grid stays within 2 blocks per SM; LTX_KERNELS_ROPE_WIDE_SLOTS=0
     keeps the narrower split) and with them within 1 or 4 blocks per SM (=1 / =4; the 256-token
-    prompt takes them at 2 and 4, the 2 x 257-token one at 4), and with 4 heads' loads per
-    thread before its stores (LTX_KERNELS_ROPE_HEADS_PER_PASS=4, the packed bf16-table form;
-    heads counts that leave a pass part-filled): the RoPE kernel gives the same results in both
-    layouts, decode-sized and large."""
+    prompt takes them at 2 and 4, the 2 x 257-token one at 4): the RoPE kernel gives the same
+    results in both layouts, decode-sized and large."""
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     test_llama_real_shape(torch.bfloat16)

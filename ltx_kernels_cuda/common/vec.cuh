@@ -170,19 +170,6 @@ struct alignas(sizeof(T) * N) Vec {
   }
 };
 
-// Asks for the 128-byte line holding p in L1 without waiting for it and without a
-// register to receive it (prefetch.global.L1): a later __ldg of that line then hits L1
-// instead of waiting on L2, if the line is still there.
-__device__ __forceinline__ void prefetch_l1(const void* p) {
-  asm volatile("prefetch.global.L1 [%0];\n" ::"l"(p));
-}
-
-// Asks for the 128-byte line holding p in L2 (prefetch.global.L2), no register, no wait:
-// a later load of it then waits on L2, not on DRAM, if the line is still there.
-__device__ __forceinline__ void prefetch_l2(const void* p) {
-  asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p));
-}
-
 // N fp32 values narrowed to T in pairs (one cvt.rn.{bf16x2,f16x2}.f32 per two elements
 // on sm_80+ instead of one per element), same round-to-nearest-even as from_float.
 template <typename T, int N>
