@@ -27,7 +27,8 @@ LTX_KERNELS_ADALN_KERNEL=row the AdaLN kernels other than adaln_direct_kernel;
 LTX_KERNELS_ADALN_C=2 / 4 forces adaln_direct_kernel's vectors per thread,
 LTX_KERNELS_ADALN_MOD=early / late when it loads scale / shift;
 LTX_KERNELS_GELU_TABLE=0 computes GELU of 16-bit dtypes instead of reading a table,
-=full / =compact reads the full / compact one (defaults: bf16 compact, fp16 full),
+=full / =compact reads the full / compact one (defaults: bf16 compact, fp16 full; tanh
+computed on GPUs of < 30 GB/s DRAM per SM, e.g. the H100),
 LTX_KERNELS_GEGLU_TABLE=compact gives GEGLU the compact table; LTX_KERNELS_PDL=0 launches
 rms_norm_direct_kernel and rope_kernel without programmatic dependent launch
 (common/pdl.cuh); LTX_KERNELS_RMS_DECODE_C=4 gives decode-sized rows 4 vectors per thread

@@ -93,6 +93,20 @@ void dispatch_vec(int n, F&& f) {
 
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+// Peak DRAM bandwidth of a device in GB/s (2 transfers per memory clock times the bus
+// width), queried once per device: H100 SXM 3352, H200 4916.
+inline int dram_peak_gbps(int device) {
+  static int gbps[64] = {};
+  if (device < 0 || device >= 64) return 0;
+  if (gbps[device] == 0) {
+    int khz = 0, bits = 0;
+    C10_CUDA_CHECK(cudaDeviceGetAttribute(&khz, cudaDevAttrMemoryClockRate, device));
+    C10_CUDA_CHECK(cudaDeviceGetAttribute(&bits, cudaDevAttrGlobalMemoryBusWidth, device));
+    gbps[device] = std::max(1, static_cast<int>(2.0 * khz * 1e3 * (bits / 8) / 1e9));
+  }
+  return gbps[device];
+}
+
 // Multiprocessor count of a device, queried once per device.
 inline int sm_count(int device) {
   static int counts[64] = {};
