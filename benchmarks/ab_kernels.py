@@ -336,7 +336,10 @@ def main(argv=None):
                 impls[label] = fn
         impls["eager"] = (lambda c: lambda: c.ref(*c.ref_args))(c)
         impls.update(c.peers)
-        src = torch.empty(c.nbytes // 4, device=dev, dtype=torch.float32).fill_(1.0)  # half the bytes
+        # nbytes counts what the call reads and writes: the copy reads half of it and writes
+        # half (fp32 elements of nbytes / 2 bytes; until 2026-12-05 15:20 it read and wrote
+        # nbytes each, twice the call's traffic: RESULTS.md erratum).
+        src = torch.empty(c.nbytes // 8, device=dev, dtype=torch.float32).fill_(1.0)
         impls["copy (same bytes)"] = (lambda s, d: lambda: d.copy_(s))(src, torch.empty_like(src))
         if not args.no_compile:
             impls["compile"] = (lambda f, a: lambda: f(*a))(torch.compile(c.ref, dynamic=False), c.ref_args)
