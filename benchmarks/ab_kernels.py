@@ -83,6 +83,8 @@ VARIANTS = {
         "ours (computed)": {"LTX_KERNELS_GELU_TABLE": "0"},
         "ours (full table)": {"LTX_KERNELS_GELU_TABLE": "full"},
         "ours (compact table)": {"LTX_KERNELS_GELU_TABLE": "compact"},
+        "ours (block per row)": {"LTX_KERNELS_ACT_GRID": "rows"},
+        "ours (block per row, 128)": {"LTX_KERNELS_ACT_GRID": "rows128"},
     },
     "rope": {
         "ours": {},

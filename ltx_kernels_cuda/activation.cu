@@ -562,14 +562,24 @@ void launch(ActParams p, int64_t rows, int64_t cols, int vec, const at::Tensor& 
   if (done) return;
 
   constexpr int U = kUnroll<kGated>;
-  const int block = row_block(p, U, kBlock);
+  // Candidate (LTX_KERNELS_ACT_GRID=rows | rows128, read per call; not yet timed): a block per
+  // row group (grid.y = every row group, up to the y limit) instead of 32 blocks per SM that
+  // walk ~8 row groups each; rows128 also caps blocks at 128 threads. Why: inductor's GEGLU
+  // kernel, 2% ahead of ours on an H100 (ncu, 2026-12-05 15:00: 125.8 vs 127.9 µs), is one
+  // short-lived 128-thread block per 2048 outputs, consecutive blocks on consecutive bytes.
+  // Each of our blocks lives ~1/8 of the call, so the SMs whose last block starts late idle
+  // at the end. (Occupancy is not it: our one-vector form at inductor's was slower.)
+  const std::string_view grid_form = ab_switch("LTX_KERNELS_ACT_GRID");
+  const bool block_per_row = grid_form == "rows" || grid_form == "rows128";
+  const int block = row_block(p, U, grid_form == "rows128" ? 128 : kBlock);
   const int64_t groups = block / p.tpr;
   const int64_t col_tiles = std::max<int64_t>(1, ceil_div(p.nvec, static_cast<int64_t>(U) * p.tpr));
   TORCH_CHECK(col_tiles <= INT32_MAX, "ltx_kernels.", op, ": tensor too large");
   // Down the rows: enough blocks to fill the GPU several times over, at most the grid's
   // y limit; every block walks on by gridDim.y row groups.
   const int64_t row_groups = ceil_div(rows, groups);
-  const int64_t want_y = std::max<int64_t>(1, sm_count(device) * kRowBlocks / col_tiles);
+  const int64_t want_y =
+      block_per_row ? row_groups : std::max<int64_t>(1, sm_count(device) * kRowBlocks / col_tiles);
   const dim3 grid(static_cast<unsigned>(col_tiles),
                   static_cast<unsigned>(std::min({row_groups, want_y, int64_t{65535}})));
 

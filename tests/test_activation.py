@@ -218,10 +218,16 @@ def test_table_path_every_half_value(monkeypatch, dtype, approximate, table):
 @requires_gpu
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("approximate", APPROX)
-def test_geglu_launch_forms(dtype, approximate):
-    """GEGLU's computed kernel (2 vectors per operand per thread): every 16-bit gate pattern,
+@pytest.mark.parametrize("grid", ["", "rows", "rows128"], ids=["walk", "block_per_row", "block_per_row_128"])
+def test_geglu_launch_forms(monkeypatch, dtype, approximate, grid):
+    """GEGLU's computed kernel (2 vectors per operand per thread) on its default grid (32
+    blocks per SM walking down the rows) and the candidate grids (LTX_KERNELS_ACT_GRID=rows /
+    rows128: a block per row group, at most 256 / 128 threads): every 16-bit gate pattern,
     rows whose tile column ends part-way (d = 8192 + 8, 1000), strided rows, a row count that
-    is not a multiple of the grid's, both halves' orders; bit-exact vs eager."""
+    is not a multiple of the grid's, both halves' orders; and GELU computed (no table) on the
+    strided rows; bit-exact vs eager."""
+    if grid:
+        monkeypatch.setenv("LTX_KERNELS_ACT_GRID", grid)
     pats = torch.arange(-(1 << 15), 1 << 15, dtype=torch.int32, device="cuda").to(torch.int16)
     for rows, d, pad in [(1031, 8192, 0), (257, 8200, 0), (4099, 1000, 0), (333, 2048, 24)]:
         x = torch.empty(rows, 2 * d + pad, dtype=dtype, device="cuda")[:, : 2 * d]
@@ -231,6 +237,9 @@ def test_geglu_launch_forms(dtype, approximate):
             out = torch.full((rows, d), float("nan"), dtype=dtype, device="cuda")
             kernel.geglu(x, approximate, gate_first=gate_first, out=out)
             assert_bits_equal(out, eager_geglu(x, approximate, gate_first), f"{rows}x{d} gate_first={gate_first}")
+        monkeypatch.setenv("LTX_KERNELS_GELU_TABLE", "0")
+        assert_bits_equal(gelu_fn(approximate)(x), F.gelu(x, approximate=approximate), f"gelu {rows}x{2 * d}")
+        monkeypatch.delenv("LTX_KERNELS_GELU_TABLE")
 
 
 # ---- geglu: float64, eager, modules ----------------------------------------------
