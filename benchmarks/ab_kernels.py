@@ -29,7 +29,9 @@ LTX_KERNELS_ADALN_MOD=early / late when it loads scale / shift;
 LTX_KERNELS_GELU_TABLE=0 computes GELU of 16-bit dtypes instead of reading a table,
 =full / =compact reads the full / compact one (defaults: bf16 compact, fp16 full; tanh
 computed on GPUs of < 30 GB/s DRAM per SM, e.g. the H100),
-LTX_KERNELS_GEGLU_TABLE=compact gives GEGLU the compact table; LTX_KERNELS_PDL=0 launches
+LTX_KERNELS_GEGLU_TABLE=compact gives GEGLU the compact table; LTX_KERNELS_ACT_GRID=rows /
+rows128 (a candidate) gives the computed GELU / GEGLU kernel a block per row group (of at
+most 256 / 128 threads) instead of 32 blocks per SM walking the rows; LTX_KERNELS_PDL=0 launches
 rms_norm_direct_kernel and rope_kernel without programmatic dependent launch
 (common/pdl.cuh); LTX_KERNELS_RMS_DECODE_C=4 gives decode-sized rows 4 vectors per thread
 instead of 2; LTX_KERNELS_RMS_SHORT=0 keeps per-head rows of many tokens on the direct
@@ -41,8 +43,8 @@ the early weight, the GELU table, the packed rotate-half form, then PDL, decode 
 compact GELU table and per-token AdaLN C = 2, then the short-row rmsnorm kernel and RoPE's
 wide slots became defaults; balanced row chunks, the persistent grid, L2 eviction hints and
 broadcast AdaLN C = 2 were dropped; then the rmsnorm weight / next-wave prefetches, GEGLU with
-one vector per thread and RoPE with 4 heads per pass, all slower on an H100); rmsnorm_small still times the decode shapes against
-the peers.
+one vector per thread and RoPE with 4 heads per pass, all slower on an H100); rmsnorm_small
+still times the decode shapes against the peers.
 Every variant's output is checked against the eager reference
 before it is timed (a variant that disagrees is reported and not timed). A copy of the
 same bytes (the call's bytes read, the same written) is timed too.
@@ -83,6 +85,7 @@ VARIANTS = {
         "ours (computed)": {"LTX_KERNELS_GELU_TABLE": "0"},
         "ours (full table)": {"LTX_KERNELS_GELU_TABLE": "full"},
         "ours (compact table)": {"LTX_KERNELS_GELU_TABLE": "compact"},
+        "ours (GEGLU compact table)": {"LTX_KERNELS_GEGLU_TABLE": "compact"},
         "ours (block per row)": {"LTX_KERNELS_ACT_GRID": "rows"},
         "ours (block per row, 128)": {"LTX_KERNELS_ACT_GRID": "rows128"},
     },
