@@ -36,6 +36,7 @@ rms_norm_direct_kernel and rope_kernel without programmatic dependent launch
 (common/pdl.cuh); LTX_KERNELS_RMS_DECODE_C=4 gives decode-sized rows 4 vectors per thread
 instead of 2; LTX_KERNELS_RMS_SHORT=0 keeps per-head rows of many tokens on the direct
 kernel, =2 gives rms_norm_short_kernel 2 rows per thread instead of 4;
+LTX_KERNELS_RMS_REREAD=1 (a candidate) sends many-row C = 4 calls to rms_norm_reread_kernel;
 LTX_KERNELS_ROPE_WIDE_SLOTS=0 keeps RoPE calls of few tokens to the narrower head split,
 =1 / =4 gives them a slot per head pair within 1 / 4 blocks per SM instead of 2).
 Decided candidates leave their switch behind or are dropped (2026-12-05: adaln_direct_kernel,
@@ -68,6 +69,7 @@ VARIANTS = {
     "rmsnorm": {
         "ours": {},
         "ours (no short rows)": {"LTX_KERNELS_RMS_SHORT": "0"},
+        "ours (re-read x)": {"LTX_KERNELS_RMS_REREAD": "1"},
     },
     "rmsnorm_small": {
         "ours": {},
