@@ -265,8 +265,9 @@ __global__ void __launch_bounds__(kBlock, kEarlyW ? 1 : kDirectMinBlocks<C>)
 // many-row C = 4 calls, D = 1024-8192 half): one row group per block and no row loop, x's
 // 4 vectors per thread read for the sum of squares and read again after the reduction
 // (Vec::load_again, from L1) instead of held across it, so a thread needs 40-48 registers
-// and 5-6 blocks fit an SM where the direct kernel fits 4: 1.25-1.5x the rows in flight. Same sums in the same order and the same output step as the direct kernel, so the
-// same bits. Why: on an H100 (Nsight Compute, 2026-12-05 14:59) inductor's D = 8192 kernel,
+// and 5-6 blocks fit an SM where the direct kernel fits 4: 1.25-1.5x the rows in flight.
+// Same sums in the same order and the same output step as the direct kernel, so the same
+// bits. Why: on an H100 (Nsight Compute, 2026-12-05 14:59) inductor's D = 8192 kernel,
 // a looped reduction that re-reads x at 23 registers and 87-90% occupancy, takes 42.1 µs
 // where ours (64 registers, 46%) takes 44.1; on the H200 it is 5% ahead at D = 8192 (13:13
 // medians). A flag on the direct kernel spilled at 32-48 registers (its grid-stride loop's
@@ -323,7 +324,9 @@ __global__ void __launch_bounds__(kBlock, kRereadMinBlocks<T>) rms_norm_reread_k
       if (has1) w1 = V::load(w + j1 * N);
     }
     scale_store<T, static_cast<Round>(kMid)>(x0, inv, w != nullptr, [&] { return w0; }, orow + j0 * N);
-    if (has1) scale_store<T, static_cast<Round>(kMid)>(x1, inv, w != nullptr, [&] { return w1; }, orow + j1 * N);
+    if (has1) {
+      scale_store<T, static_cast<Round>(kMid)>(x1, inv, w != nullptr, [&] { return w1; }, orow + j1 * N);
+    }
   }
 }
 
