@@ -507,9 +507,8 @@ inline bool tanh_table_pays(int device) {
 // Launches a table kernel for a call that suits it (a 16-bit dtype, 16-byte vectors, at
 // least kTableMinElements); false otherwise. GELU: bf16 the compact table, fp16 the full
 // one (tanh: where tanh_table_pays), unless LTX_KERNELS_GELU_TABLE says 0 (computed), full
-// or compact. GEGLU: computed
-// unless LTX_KERNELS_GEGLU_TABLE=compact (its full-table form was 1-2% slower, the compact
-// one mixed: 2026-12-05 10:24 and 12:06).
+// or compact. GEGLU: computed unless LTX_KERNELS_GEGLU_TABLE=compact (its full-table form
+// was 1-2% slower, the compact one mixed: 2026-12-05 10:24 and 12:06).
 // fp16's compact table is 68 KB (its band holds 17408 patterns per sign against bf16's
 // 2432), so it saves little of the full table's copy and shares an SM among fewer blocks;
 // H200 fp16 [2, 8064, 8192] tanh, 2026-12-05 12:06 (RESULTS.md): compact 144.4 µs, full

@@ -93,28 +93,39 @@ void dispatch_vec(int n, F&& f) {
 
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+// compute() for `device` once, kept in the caller's `cache` (0: not yet asked, so compute
+// must return non-zero); `other` for device indices outside 0-63. For the runtime's
+// per-device attributes on every launch: an array read, no lock (writers racing on a
+// device all store the same value).
+template <typename Compute>
+inline int per_device(int (&cache)[64], int device, int other, Compute compute) {
+  if (device < 0 || device >= 64) return other;
+  if (cache[device] == 0) cache[device] = compute();
+  return cache[device];
+}
+
+inline int device_attribute(cudaDeviceAttr attr, int device) {
+  int value = 0;
+  C10_CUDA_CHECK(cudaDeviceGetAttribute(&value, attr, device));
+  return value;
+}
+
 // Peak DRAM bandwidth of a device in GB/s (2 transfers per memory clock times the bus
 // width), queried once per device: H100 SXM 3352, H200 4916.
 inline int dram_peak_gbps(int device) {
   static int gbps[64] = {};
-  if (device < 0 || device >= 64) return 0;
-  if (gbps[device] == 0) {
-    int khz = 0, bits = 0;
-    C10_CUDA_CHECK(cudaDeviceGetAttribute(&khz, cudaDevAttrMemoryClockRate, device));
-    C10_CUDA_CHECK(cudaDeviceGetAttribute(&bits, cudaDevAttrGlobalMemoryBusWidth, device));
-    gbps[device] = std::max(1, static_cast<int>(2.0 * khz * 1e3 * (bits / 8) / 1e9));
-  }
-  return gbps[device];
+  return per_device(gbps, device, 0, [&] {
+    const int khz = device_attribute(cudaDevAttrMemoryClockRate, device);
+    const int bits = device_attribute(cudaDevAttrGlobalMemoryBusWidth, device);
+    return std::max(1, static_cast<int>(2.0 * khz * 1e3 * (bits / 8) / 1e9));
+  });
 }
 
 // Multiprocessor count of a device, queried once per device.
 inline int sm_count(int device) {
   static int counts[64] = {};
-  if (device < 0 || device >= 64) return 132;
-  if (counts[device] == 0) {
-    C10_CUDA_CHECK(cudaDeviceGetAttribute(&counts[device], cudaDevAttrMultiProcessorCount, device));
-  }
-  return counts[device];
+  return per_device(counts, device, 132,
+                    [&] { return device_attribute(cudaDevAttrMultiProcessorCount, device); });
 }
 
 // ask() for `key` once, later calls answer from a map (thread-safe). For the runtime's

@@ -39,14 +39,10 @@ __device__ __forceinline__ void pdl_launch_dependents() {
 
 // Whether `device` can launch with PDL (compute capability 9.0 or newer), asked once.
 inline bool pdl_supported(int device) {
-  static int known[64] = {};  // 0 unknown, 1 no, 2 yes
-  if (device < 0 || device >= 64) return false;
-  if (known[device] == 0) {
-    int major = 0;
-    C10_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-    known[device] = major >= 9 ? 2 : 1;
-  }
-  return known[device] == 2;
+  static int known[64] = {};  // 1 no, 2 yes
+  return per_device(known, device, 1, [&] {
+           return device_attribute(cudaDevAttrComputeCapabilityMajor, device) >= 9 ? 2 : 1;
+         }) == 2;
 }
 
 // Whether a launch on `device` should use PDL: on every GPU that has it, unless
