@@ -90,6 +90,7 @@ VARIANTS = {
         "ours (GEGLU compact table)": {"LTX_KERNELS_GEGLU_TABLE": "compact"},
         "ours (block per row)": {"LTX_KERNELS_ACT_GRID": "rows"},
         "ours (block per row, 128)": {"LTX_KERNELS_ACT_GRID": "rows128"},
+        "ours (GEGLU fp32 product)": {"LTX_KERNELS_GEGLU_PACKED": "0"},
     },
     "rope": {
         "ours": {},
@@ -286,6 +287,8 @@ def main(argv=None):
     ap.add_argument("--no-compile", action="store_true")
     ap.add_argument("--match", default="", help="only cases whose name contains one of these "
                     "comma-separated strings (e.g. 'x1x2048 rms')")
+    ap.add_argument("--variants", default="", help="only our variants whose name contains one of "
+                    "these comma-separated strings ('ours' is always timed), e.g. 'GEGLU,row'")
     args = ap.parse_args(argv)
 
     k = load_kernel("cuda")
@@ -299,7 +302,8 @@ def main(argv=None):
     names = args.methods or ("graph,clean" if args.op.endswith("_small") else "zero,clean")
     methods = {m: all_methods[m] for m in names.split(",")}
     g = torch.Generator(device=dev).manual_seed(0)
-    variants = VARIANTS[args.op]
+    variants = {n: env for n, env in VARIANTS[args.op].items()
+                if n == "ours" or not args.variants or any(v in n for v in args.variants.split(","))}
     liger, liger_note = import_liger()
     print(f"liger: {liger_note}")
     liger = liger or {}

@@ -96,20 +96,35 @@ __device__ __forceinline__ void act_tail(const ActParams& p, const T* gate, cons
   }
 }
 
+// Whether the gated product can run on pairs of T (a 16-bit dtype, an even vector).
+template <typename T, int N>
+constexpr bool kPairProduct = sizeof(T) == 2 && N % 2 == 0;
+
 // One vector of output from one vector of gate (and value), narrowed in pairs
-// (pack_from_float: one conversion per two elements).
-template <typename T, int N, GeluKind K, bool kGated>
+// (pack_from_float: one conversion per two elements). Gated, 16-bit, kPacked: the GELUs
+// narrowed in pairs, then value * GELU as one packed multiply per pair (mul_rn: the exact
+// product rounded once, the bits of eager's fp32 product rounded to T, see vec.cuh). Per
+// element that drops the per-element narrow + widen of the GELU, the widening of value and
+// the fp32 multiply (bf16 SASS, sm_90: ~4.5 instructions, one on the conversion pipe,
+// down to ~1); kPacked = false keeps the fp32 product (LTX_KERNELS_GEGLU_PACKED=0, A/B).
+template <typename T, int N, GeluKind K, bool kGated, bool kPacked = true>
 __device__ __forceinline__ Vec<T, N> act_vec(const Vec<T, N>& gv, const Vec<T, N>& vv) {
   float r[N];
+  if constexpr (kGated && kPacked && kPairProduct<T, N>) {
 #pragma unroll
-  for (int k = 0; k < N; ++k) r[k] = act_f<T, K, kGated>(gv.v[k], vv.v[k]);
-  return pack_from_float<T, N>(r);
+    for (int k = 0; k < N; ++k) r[k] = gelu_f<K>(to_float(gv.v[k]));
+    return mul_rn(vv, pack_from_float<T, N>(r));
+  } else {
+#pragma unroll
+    for (int k = 0; k < N; ++k) r[k] = act_f<T, K, kGated>(gv.v[k], vv.v[k]);
+    return pack_from_float<T, N>(r);
+  }
 }
 
 // Grid: x = tile columns (U * tpr vectors of a row each), y = row groups walked with a
 // stride of gridDim.y groups. A thread's columns are fixed, so its bounds checks are
 // hoisted out of the row loop and its addresses only advance by a constant per row.
-template <typename T, int N, GeluKind K, bool kGated>
+template <typename T, int N, GeluKind K, bool kGated, bool kPacked = true>
 __global__ void __launch_bounds__(kBlock, kMinBlocks) act_kernel(ActParams p) {
   using V = Vec<T, N>;
   constexpr int U = kUnroll<kGated>;
@@ -157,7 +172,7 @@ __global__ void __launch_bounds__(kBlock, kMinBlocks) act_kernel(ActParams p) {
       for (int u = 0; u < U; ++u) {
         if (live[u]) {
           if constexpr (kGated) {
-            act_vec<T, N, K, true>(gv[u], vv[u]).store(o + u * du);
+            act_vec<T, N, K, true, kPacked>(gv[u], vv[u]).store(o + u * du);
           } else {
             act_vec<T, N, K, false>(gv[u], gv[u]).store(o + u * du);
           }
@@ -349,10 +364,14 @@ __device__ __forceinline__ Vec<T, N> gated_product(const Vec<T, N>& g, const Vec
   if constexpr (!kGated) {
     return g;
   } else {
-    float r[N];
+    if constexpr (kPairProduct<T, N>) {
+      return mul_rn(v, g);  // one packed multiply per pair, as act_vec's packed form
+    } else {
+      float r[N];
 #pragma unroll
-    for (int k = 0; k < N; ++k) r[k] = to_float(v.v[k]) * to_float(g.v[k]);
-    return pack_from_float<T, N>(r);
+      for (int k = 0; k < N; ++k) r[k] = to_float(v.v[k]) * to_float(g.v[k]);
+      return pack_from_float<T, N>(r);
+    }
   }
 }
 
@@ -581,12 +600,27 @@ void launch(ActParams p, int64_t rows, int64_t cols, int vec, const at::Tensor& 
       block_per_row ? row_groups : std::max<int64_t>(1, sm_count(device) * kRowBlocks / col_tiles);
   const dim3 grid(static_cast<unsigned>(col_tiles),
                   static_cast<unsigned>(std::min({row_groups, want_y, int64_t{65535}})));
+  // Candidate default (not yet timed): GEGLU's product on packed pairs (act_vec);
+  // LTX_KERNELS_GEGLU_PACKED=0 (read per call) keeps the fp32 product, for the A/B.
+  [[maybe_unused]] const bool packed = ab_switch("LTX_KERNELS_GEGLU_PACKED") != "0";
 
   dispatch_float(like.scalar_type(), [&](auto tag) {
     using T = typename decltype(tag)::type;
+    constexpr bool kPairs8 = kGated && kPairProduct<T, 8>;  // (not in the inner lambda: g++)
     dispatch_vec(vec, [&](auto n) {
       constexpr int N = decltype(n)::value;
       if constexpr (N * sizeof(T) <= 16) {
+        if constexpr (kPairs8 && N == 8) {
+          if (!packed) {  // 16-byte vectors only: the shapes A/B times
+            if (kind == GeluKind::kTanh) {
+              act_kernel<T, N, GeluKind::kTanh, true, false><<<grid, block, 0, stream>>>(p);
+            } else {
+              act_kernel<T, N, GeluKind::kErf, true, false><<<grid, block, 0, stream>>>(p);
+            }
+            C10_CUDA_KERNEL_LAUNCH_CHECK();
+            return;
+          }
+        }
         if (kind == GeluKind::kTanh) {
           act_kernel<T, N, GeluKind::kTanh, kGated><<<grid, block, 0, stream>>>(p);
         } else {

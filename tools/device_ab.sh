@@ -10,7 +10,9 @@
 #   only the cases whose name contains match, e.g. rmsnorm:x32x; the *_small ops
 #   under graph replay too), LTX_AB_ROUNDS (3), LTX_AB_S (per op at most, 100; each op gets
 #   an equal share of the time left, and one with under 30 s is skipped with a note),
-#   LTX_AB_FIRST (default: the -k expression of the candidates' tests, FIRST below),
+#   LTX_AB_VARIANTS (only our variants whose name contains one of these comma-separated
+#   strings, for every op; default all), LTX_AB_FIRST (default: the -k expression of the
+#   candidates' tests, FIRST below),
 #   LTX_AB_FIRST_S (its time limit, 150), LTX_AB_HOST (0: skip host_overhead.py),
 #   LTX_AB_TESTS (default "adaln or rmsnorm or gelu or geglu or rope"), LTX_AB_LIMIT (default 540)
 set -uo pipefail
@@ -45,7 +47,7 @@ for i in "${!ops[@]}"; do
   methods=clean
   case "$op" in *_small) methods=graph,clean ;; esac  # decode-sized calls: graph replay too
   timeout "$secs" python3 benchmarks/ab_kernels.py --op "$op" --match "$match" \
-    --rounds "${LTX_AB_ROUNDS:-3}" --methods "$methods" > "$OUT/ab_$op.txt" 2>&1
+    --rounds "${LTX_AB_ROUNDS:-3}" --methods "$methods" --variants "${LTX_AB_VARIANTS:-}" > "$OUT/ab_$op.txt" 2>&1
   echo "ab $op rc=$? at ${SECONDS}s"
   grep -v -i warning "$OUT/ab_$op.txt" | tail -48  # the last table printed
 done
