@@ -29,14 +29,14 @@ LTX_KERNELS_ADALN_MOD=early / late when it loads scale / shift;
 LTX_KERNELS_GELU_TABLE=0 computes GELU of 16-bit dtypes instead of reading a table,
 =full / =compact reads the full / compact one (defaults: bf16 compact, fp16 full; tanh
 computed on GPUs of < 30 GB/s DRAM per SM, e.g. the H100),
-LTX_KERNELS_GEGLU_TABLE=compact gives GEGLU the compact table; LTX_KERNELS_ACT_GRID=rows /
-rows128 (a candidate) gives the computed GELU / GEGLU kernel a block per row group (of at
-most 256 / 128 threads) instead of 32 blocks per SM walking the rows; LTX_KERNELS_PDL=0 launches
+LTX_KERNELS_GEGLU_TABLE=compact gives GEGLU the compact table; LTX_KERNELS_ACT_GRID=walk /
+rows / rows128 gives the computed GELU / GEGLU kernel 32 blocks per SM walking the rows
+(GELU's default) / a block per row group of at most 256 / 128 threads (GEGLU's default);
+LTX_KERNELS_GEGLU_PACKED=0 computes GEGLU's product in fp32 instead of on packed pairs; LTX_KERNELS_PDL=0 launches
 rms_norm_direct_kernel and rope_kernel without programmatic dependent launch
 (common/pdl.cuh); LTX_KERNELS_RMS_DECODE_C=4 gives decode-sized rows 4 vectors per thread
 instead of 2; LTX_KERNELS_RMS_SHORT=0 keeps per-head rows of many tokens on the direct
 kernel, =2 gives rms_norm_short_kernel 2 rows per thread instead of 4;
-LTX_KERNELS_RMS_REREAD=1 (a candidate) sends many-row C = 4 calls to rms_norm_reread_kernel;
 LTX_KERNELS_ROPE_WIDE_SLOTS=0 keeps RoPE calls of few tokens to the narrower head split,
 =1 / =4 gives them a slot per head pair within 1 / 4 blocks per SM instead of 2).
 Decided candidates leave their switch behind or are dropped (2026-12-05: adaln_direct_kernel,
@@ -69,7 +69,6 @@ VARIANTS = {
     "rmsnorm": {
         "ours": {},
         "ours (no short rows)": {"LTX_KERNELS_RMS_SHORT": "0"},
-        "ours (re-read x)": {"LTX_KERNELS_RMS_REREAD": "1"},
     },
     "rmsnorm_small": {
         "ours": {},
@@ -88,8 +87,8 @@ VARIANTS = {
         "ours (full table)": {"LTX_KERNELS_GELU_TABLE": "full"},
         "ours (compact table)": {"LTX_KERNELS_GELU_TABLE": "compact"},
         "ours (GEGLU compact table)": {"LTX_KERNELS_GEGLU_TABLE": "compact"},
-        "ours (block per row)": {"LTX_KERNELS_ACT_GRID": "rows"},
-        "ours (block per row, 128)": {"LTX_KERNELS_ACT_GRID": "rows128"},
+        "ours (GEGLU walking rows)": {"LTX_KERNELS_ACT_GRID": "walk"},
+        "ours (GEGLU block per row, 256)": {"LTX_KERNELS_ACT_GRID": "rows"},
         "ours (GEGLU fp32 product)": {"LTX_KERNELS_GEGLU_PACKED": "0"},
     },
     "rope": {

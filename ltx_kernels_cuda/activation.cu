@@ -580,14 +580,16 @@ void launch(ActParams p, int64_t rows, int64_t cols, int vec, const at::Tensor& 
   if (done) return;
 
   constexpr int U = kUnroll<kGated>;
-  // Candidate (LTX_KERNELS_ACT_GRID=rows | rows128, read per call; not yet timed): a block per
-  // row group (grid.y = every row group, up to the y limit) instead of 32 blocks per SM that
-  // walk ~8 row groups each; rows128 also caps blocks at 128 threads. Why: inductor's GEGLU
-  // kernel, 2% ahead of ours on an H100 (ncu, 2026-12-05 15:00: 125.8 vs 127.9 µs), is one
-  // short-lived 128-thread block per 2048 outputs, consecutive blocks on consecutive bytes.
-  // Each of our blocks lives ~1/8 of the call, so the SMs whose last block starts late idle
-  // at the end. (Occupancy is not it: our one-vector form at inductor's was slower.)
-  const std::string_view grid_form = ab_switch("LTX_KERNELS_ACT_GRID");
+  // GEGLU: a block per row group of at most 128 threads (inductor's GEGLU grid shape:
+  // short-lived blocks, consecutive blocks on consecutive bytes) instead of 32 blocks per
+  // SM walking ~8 row groups each, whose SMs idle at the end when their last block starts
+  // late. H100, bf16 [16128, 16384] -> 8192, 2026-12-05 17:12 (RESULTS.md): 261.4 -> 256.0
+  // µs (compile 256.0, Liger 255.5); [2, 4096, 16384]: 131.8 -> 131.0 (a block per row
+  // group of 256 threads: 257.0 / 131.7). GELU keeps the walk (one long row when
+  // contiguous, where the grid is one tile per block either way; strided rows not timed).
+  // LTX_KERNELS_ACT_GRID=walk | rows | rows128 (read per call, developer A/B) forces one.
+  std::string_view grid_form = ab_switch("LTX_KERNELS_ACT_GRID");
+  if (grid_form.empty()) grid_form = kGated ? "rows128" : "walk";
   const bool block_per_row = grid_form == "rows" || grid_form == "rows128";
   const int block = row_block(p, U, grid_form == "rows128" ? 128 : kBlock);
   const int64_t groups = block / p.tpr;
@@ -600,8 +602,9 @@ void launch(ActParams p, int64_t rows, int64_t cols, int vec, const at::Tensor& 
       block_per_row ? row_groups : std::max<int64_t>(1, sm_count(device) * kRowBlocks / col_tiles);
   const dim3 grid(static_cast<unsigned>(col_tiles),
                   static_cast<unsigned>(std::min({row_groups, want_y, int64_t{65535}})));
-  // Candidate default (not yet timed): GEGLU's product on packed pairs (act_vec);
-  // LTX_KERNELS_GEGLU_PACKED=0 (read per call) keeps the fp32 product, for the A/B.
+  // GEGLU's product on packed pairs (act_vec; H100 2026-12-05 17:12: 261.9 -> 261.4 µs at
+  // 16128 rows, 132.1 -> 131.8 at 2 x 4096); LTX_KERNELS_GEGLU_PACKED=0 (read per call)
+  // keeps the fp32 product, for the A/B.
   [[maybe_unused]] const bool packed = ab_switch("LTX_KERNELS_GEGLU_PACKED") != "0";
 
   dispatch_float(like.scalar_type(), [&](auto tag) {

@@ -259,77 +259,6 @@ __global__ void __launch_bounds__(kBlock, kEarlyW ? 1 : kDirectMinBlocks<C>)
   }
 }
 
-// ---- re-read rows (a candidate) --------------------------------------------------------
-//
-// rms_norm_reread_kernel (LTX_KERNELS_RMS_REREAD=1, not yet timed; the direct kernel's
-// many-row C = 4 calls, D = 1024-8192 half): one row group per block and no row loop, x's
-// 4 vectors per thread read for the sum of squares and read again after the reduction
-// (Vec::load_again, from L1) instead of held across it, so a thread needs 40-48 registers
-// and 5-6 blocks fit an SM where the direct kernel fits 4: 1.25-1.5x the rows in flight.
-// Same sums in the same order and the same output step as the direct kernel, so the same
-// bits. Why: on an H100 (Nsight Compute, 2026-12-05 14:59) inductor's D = 8192 kernel,
-// a looped reduction that re-reads x at 23 registers and 87-90% occupancy, takes 42.1 µs
-// where ours (64 registers, 46%) takes 44.1; on the H200 it is 5% ahead at D = 8192 (13:13
-// medians). A flag on the direct kernel spilled at 32-48 registers (its grid-stride loop's
-// 64-bit bookkeeping), hence a kernel of its own.
-// 6 blocks (40 registers), bf16 5 (48): at 32 registers ptxas spilled the half forms 32-42
-// bytes on sm_90, and bf16 (its conversions take more temporaries than fp16's) 12-32 bytes
-// at 40. Those counts on sm_80 / 90 / 100 (2048 threads per SM); elsewhere 4, the direct
-// kernel's (sm_75 holds 1024 threads per SM, and sm_120's bf16 form spilled at 5).
-#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ == 800 || __CUDA_ARCH__ == 900 || __CUDA_ARCH__ == 1000)
-template <typename T>
-constexpr int kRereadMinBlocks = std::is_same_v<T, __nv_bfloat16> ? 5 : 6;
-#else
-template <typename T>
-constexpr int kRereadMinBlocks = 4;
-#endif
-
-template <typename T, int kMid>
-__global__ void __launch_bounds__(kBlock, kRereadMinBlocks<T>) rms_norm_reread_kernel(RmsNormParams p) {
-  constexpr int N = 16 / static_cast<int>(sizeof(T));
-  constexpr int C = 4;
-  using V = Vec<T, N>;
-  __shared__ float scratch_mem[kRowScratchFloats];
-  RowScratch scratch{scratch_mem};
-  const int nvec = p.cols / N;
-  const RowGroup rg = row_group_pow2(p.tpr);
-  pdl_wait();
-  pdl_launch_dependents();
-  const int64_t row = static_cast<int64_t>(blockIdx.x) * rg.groups + rg.group;
-  const bool active = row < p.rows;
-  const T* xr = static_cast<const T*>(p.x) + (active ? row : 0) * p.x_stride;
-  float ss;
-  {
-    V cur[C];
-    load_cached(cur, xr, rg.lane, p.tpr, nvec, active);
-    ss = cached_sum_squares(cur, rg.lane, p.tpr, nvec, active);
-  }
-  ss = row_sum(ss, rg, scratch);  // every thread of the block takes part (a barrier)
-  if (!active) return;
-  const float inv = rsqrtf(ss * p.inv_cols + p.eps);
-  const T* w = static_cast<const T*>(p.w);
-  T* orow = static_cast<T*>(p.out) + row * p.out_stride;
-  // Two vectors at a time, both x and weight loads issued before either store (a store's
-  // "memory" clobber keeps later loads behind it): two round trips, not four, and at most 4
-  // vectors live (all 8 at once spilled at 40 registers).
-#pragma unroll
-  for (int i = 0; i < C; i += 2) {
-    const int j0 = rg.lane + i * p.tpr, j1 = j0 + p.tpr;
-    const bool has1 = j1 < nvec;
-    if (j0 >= nvec) break;
-    V x0 = V::load_again(xr + j0 * N), x1, w0, w1;
-    if (has1) x1 = V::load_again(xr + j1 * N);
-    if (w != nullptr) {
-      w0 = V::load(w + j0 * N);
-      if (has1) w1 = V::load(w + j1 * N);
-    }
-    scale_store<T, static_cast<Round>(kMid)>(x0, inv, w != nullptr, [&] { return w0; }, orow + j0 * N);
-    if (has1) {
-      scale_store<T, static_cast<Round>(kMid)>(x1, inv, w != nullptr, [&] { return w1; }, orow + j1 * N);
-    }
-  }
-}
-
 // ---- short rows (the per-head norms) -----------------------------------------------
 //
 // Rows of at most 32 vectors (the per-head q/k norms, D = 64 / 128 bf16) with R rows per
@@ -434,12 +363,6 @@ bool launch_rms_norm_direct(RmsNormParams p, int vec, int device, cudaStream_t s
   // of a decode-sized call under CUDA-graph replay).
   const bool pdl = pdl_requested(device);
   auto go = [&](auto kernel) { launch_rows(kernel, p, kBlock, groups, device, stream, pdl); };
-  const int64_t blocks = ceil_div(p.rows, groups);
-  if (cache == 4 && !early_w && blocks <= INT32_MAX && ab_switch("LTX_KERNELS_RMS_REREAD") == "1") {
-    launch_pdl(rms_norm_reread_kernel<T, kMid>, static_cast<unsigned>(blocks), kBlock, stream, pdl, p);
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
-    return true;
-  }
   if (cache == 4) {
     early_w ? go(rms_norm_direct_kernel<T, kMid, 4, true>) : go(rms_norm_direct_kernel<T, kMid, 4, false>);
   } else {

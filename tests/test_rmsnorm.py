@@ -223,21 +223,6 @@ def test_one_dtype_kernel_decode_candidates(monkeypatch, candidate, rows, d):
 
 
 @requires_gpu
-@pytest.mark.parametrize("rows,d", [(4099, 8192), (2051, 4096), (5003, 2048), (777, 5120), (3001, 1024),
-                                    (70000, 1024)])
-def test_one_dtype_kernel_reread(monkeypatch, rows, d):
-    """The re-read candidate (LTX_KERNELS_RMS_REREAD=1: rms_norm_reread_kernel, x read again
-    after the reduction instead of held, one row group per block) gives the direct kernel's
-    bits: many-row C = 4 calls (D = 1024-8192 half; fp32 up to 4096), a row leaving threads idle
-    (D = 5120), a last block of part-filled row groups, every form, rows of a wider buffer."""
-    monkeypatch.setenv("LTX_KERNELS_RMS_REREAD", "1")
-    for x_dtype in DTYPES:
-        for semantics in ("llama", "diffusers", "torch"):
-            check_one_dtype_rows(rows, d, x_dtype, semantics, with_weight=semantics != "diffusers")
-        check_one_dtype_rows(rows, d, x_dtype, "diffusers", with_weight=True, pad=8)
-
-
-@requires_gpu
 @pytest.mark.parametrize("r", ["", "2", "4", "0"], ids=["default", "2", "4", "off"])
 @pytest.mark.parametrize("rows,d", [(40000, 128), (9001, 64), (50000, 32), (20011, 200), (20011, 256),
                                     (20011, 120)])

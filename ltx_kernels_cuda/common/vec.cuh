@@ -149,19 +149,6 @@ struct alignas(sizeof(T) * N) Vec {
     memcpy(&out, &raw, sizeof(raw));
     return out;
   }
-  // The same load as load(), never merged with an earlier load of the same address (asm
-  // volatile): for a kernel that reads a vector a second time on purpose (from L1, where the
-  // first read left it) instead of holding it in registers. 16-byte vectors only.
-  __device__ __forceinline__ static Vec load_again(const T* p) {
-    static_assert(kBytes == 16, "load_again: 16-byte vectors");
-    uint4 raw;
-    asm volatile("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(raw.x), "=r"(raw.y), "=r"(raw.z), "=r"(raw.w)
-                 : "l"(p));
-    Vec out;
-    memcpy(&out, &raw, sizeof(raw));
-    return out;
-  }
   // 16- and 8-byte stores are written as one st.global.v4/v2 in PTX: from a plain uint4
   // assignment NVVM emitted four st.global.v2.u16 per 16 bytes when the Vec came from
   // packed pairs (activation kernels, nvcc 13, 2026-12-04: four STG.E per vector in SASS).
