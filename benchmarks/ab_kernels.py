@@ -89,6 +89,7 @@ VARIANTS = {
         "ours (GEGLU compact table)": {"LTX_KERNELS_GEGLU_TABLE": "compact"},
         "ours (GEGLU walking rows)": {"LTX_KERNELS_ACT_GRID": "walk"},
         "ours (GEGLU block per row, 256)": {"LTX_KERNELS_ACT_GRID": "rows"},
+        "ours (computed, 128-thread blocks)": {"LTX_KERNELS_GELU_TABLE": "0", "LTX_KERNELS_ACT_GRID": "rows128"},
         "ours (GEGLU fp32 product)": {"LTX_KERNELS_GEGLU_PACKED": "0"},
     },
     "rope": {
