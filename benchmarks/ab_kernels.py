@@ -27,8 +27,8 @@ LTX_KERNELS_ADALN_KERNEL=row the AdaLN kernels other than adaln_direct_kernel;
 LTX_KERNELS_ADALN_C=2 / 4 forces adaln_direct_kernel's vectors per thread,
 LTX_KERNELS_ADALN_MOD=early / late when it loads scale / shift;
 LTX_KERNELS_GELU_TABLE=0 computes GELU of 16-bit dtypes instead of reading a table,
-=full / =compact reads the full / compact one (defaults: bf16 compact, fp16 full; tanh
-computed on GPUs of < 30 GB/s DRAM per SM, e.g. the H100),
+=full / =compact reads the full / compact one (defaults: bf16 compact, fp16 full; computed
+on GPUs of < 30 GB/s DRAM per SM, e.g. the H100),
 LTX_KERNELS_GEGLU_TABLE=compact gives GEGLU the compact table; LTX_KERNELS_ACT_GRID=walk /
 rows / rows128 gives the computed GELU / GEGLU kernel 32 blocks per SM walking the rows
 (GELU's default) / a block per row group of at most 256 / 128 threads (GEGLU's default);
@@ -38,13 +38,18 @@ rms_norm_direct_kernel and rope_kernel without programmatic dependent launch
 instead of 2; LTX_KERNELS_RMS_SHORT=0 keeps per-head rows of many tokens on the direct
 kernel, =2 gives rms_norm_short_kernel 2 rows per thread instead of 4;
 LTX_KERNELS_ROPE_WIDE_SLOTS=0 keeps RoPE calls of few tokens to the narrower head split,
-=1 / =4 gives them a slot per head pair within 1 / 4 blocks per SM instead of 2).
+=1 / =4 gives them a slot per head pair within 1 / 4 blocks per SM instead of 2;
+LTX_KERNELS_ROPE_GRID=all (a candidate) gives RoPE a block per token group instead of at
+most 32 blocks per SM walking the tokens: `--op rope`, whose cases include LTX's
+[2, 8064, 2048] single and q/k pair-table forms).
 Decided candidates leave their switch behind or are dropped (2026-12-05: adaln_direct_kernel,
 the early weight, the GELU table, the packed rotate-half form, then PDL, decode C = 2, the
 compact GELU table and per-token AdaLN C = 2, then the short-row rmsnorm kernel and RoPE's
 wide slots became defaults; balanced row chunks, the persistent grid, L2 eviction hints and
 broadcast AdaLN C = 2 were dropped; then the rmsnorm weight / next-wave prefetches, GEGLU with
-one vector per thread and RoPE with 4 heads per pass, all slower on an H100); rmsnorm_small
+one vector per thread and RoPE with 4 heads per pass, all slower on an H100; then GEGLU's
+block-per-row grid of 128 threads and packed product became defaults and the re-read rmsnorm
+kernel was dropped, H100); rmsnorm_small
 still times the decode shapes against the peers.
 Every variant's output is checked against the eager reference
 before it is timed (a variant that disagrees is reported and not timed). A copy of the
@@ -62,7 +67,8 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_ops import (Timer, cold_l2_us, import_liger, load_kernel, ref_adaln_layer,  # noqa: E402
-                       ref_adaln_rms, ref_geglu_tanh, ref_rms_diffusers, ref_rms_llama, ref_rope_llama)
+                       ref_adaln_rms, ref_geglu_tanh, ref_rms_diffusers, ref_rms_llama, ref_rope_llama,
+                       ref_rope_ltx, ref_rope_ltx_qk_pair)
 
 # Our variants per op: the environment each is called under.
 VARIANTS = {
@@ -95,6 +101,7 @@ VARIANTS = {
     "rope": {
         "ours": {},
         "ours (no PDL)": {"LTX_KERNELS_PDL": "0"},
+        "ours (a block per token group)": {"LTX_KERNELS_ROPE_GRID": "all"},
     },
     "rope_small": {
         "ours": {},
@@ -255,9 +262,27 @@ def rope_case(k, dev, g, liger_rope, b, hq, hk, seq, dh, pos0=0):
         2 * nbytes(q, kk) + nbytes(cos, sin), peers)
 
 
+def rope_ltx_cases(k, dev, g):
+    """LTX-Video's interleaved RoPE on [2, 8064, 2048] bf16: x alone with fp32 tables [B, S, D]
+    (bench_ops' rope_ltx) and q, k with fp32 pair tables [B, S, D/2] (rope_ltx_qk_pair).
+    Random table values: the timing and the check against the reference do not need cos/sin."""
+    shape = (2, 8064, 2048)
+    x = torch.randn(shape, device=dev, generator=g).to(torch.bfloat16)
+    kk = torch.randn(shape, device=dev, generator=g).to(torch.bfloat16)
+    cos, sin = (torch.randn(shape, device=dev, generator=g) for _ in range(2))
+    pc, ps = (torch.randn(2, 8064, 1024, device=dev, generator=g) for _ in range(2))
+    return [
+        Case("rope_ltx 2x8064x2048", lambda: k.rope_interleaved(x, cos, sin),
+             ref_rope_ltx, (x, cos, sin), 2 * nbytes(x) + nbytes(cos, sin)),
+        Case("rope_ltx_qk_pair q,k 2x8064x2048", lambda: k.rope_interleaved_qk(x, kk, pc, ps),
+             ref_rope_ltx_qk_pair, (x, kk, pc, ps), 2 * nbytes(x, kk) + nbytes(pc, ps)),
+    ]
+
+
 def rope_cases(k, dev, g, liger_rope):
     return [rope_case(k, dev, g, liger_rope, 1, hq, hk, seq, dh)
-            for hq, hk, seq, dh in [(32, 8, 8192, 128), (32, 8, 2048, 128), (32, 32, 4096, 64)]]
+            for hq, hk, seq, dh in [(32, 8, 8192, 128), (32, 8, 2048, 128), (32, 32, 4096, 64)]
+            ] + rope_ltx_cases(k, dev, g)
 
 
 def rope_small_cases(k, dev, g, liger_rope):

@@ -11,8 +11,8 @@
 //
 // Large bf16 / fp16 GELU calls (not the gated ones) take act_table_kernel instead: GELU of
 // 16-bit values from a table in shared memory (bf16: the compact one, 2^-16 <= |x| < 8;
-// fp16: the whole 128 KB table); tanh only on GPUs with enough DRAM bandwidth per SM
-// (tanh_table_pays: the H200, not the H100).
+// fp16: the whole 128 KB table), only on GPUs with enough DRAM bandwidth per SM
+// (gelu_table_pays: the H200, not the H100).
 //
 // Numerics: fp32 with ATen's CUDA expressions (ActivationGeluKernel.cu), so the
 // result is bit-identical to F.gelu in every dtype. The gated form rounds the GELU
@@ -511,21 +511,21 @@ bool launch_table_kernel(ActParams p, int device, cudaStream_t stream) {
   return true;
 }
 
-// Whether GELU-tanh's table beats computing it on this device: where DRAM feeds each SM
-// fast enough that tanhf's instructions, not the bytes, set the time. H200 (4916 GB/s peak,
-// 37 GB/s per SM): bf16 [2, 8064, 8192] compact table 138.2 µs, computed 150.0, fp16 full
-// 138.5 vs 145.6 (RESULTS.md 2026-12-05 12:06). H100 SXM (3352, 25 per SM): computed 175.5
-// µs, compact table 185.4; fp16 computed 174.9, full 187.5 (RESULTS.md 15:07): there the
-// computed kernel is already at the copy rate and the table kernel (one 1024-thread block
-// per SM after a table copy, bank conflicts) is not. erf keeps its table everywhere (~12%
-// more compute than tanh, 168.5 -> 138.4 µs on the H200; not yet timed on an H100).
-inline bool tanh_table_pays(int device) {
+// Whether GELU's table beats computing it on this device: where DRAM feeds each SM fast
+// enough that tanhf's / erff's instructions, not the bytes, set the time. H200 (4916 GB/s
+// peak, 37 GB/s per SM): bf16 [2, 8064, 8192] tanh compact table 138.2 µs, computed 150.0,
+// fp16 full 138.5 vs 145.6 (RESULTS.md 2026-12-05 12:06); erf 138.4 vs 168.5 (03:16). H100
+// SXM (3352, 25 per SM): tanh computed 175.5 µs, compact table 185.4; fp16 computed 174.9,
+// full 187.5 (RESULTS.md 15:07); erf computed 183.6, table 186.0 (18:08): there the
+// computed kernel is already at or near the copy rate and the table kernel (a table copy
+// per block, bank conflicts) is not.
+inline bool gelu_table_pays(int device) {
   return dram_peak_gbps(device) >= 30 * sm_count(device);
 }
 
 // Launches a table kernel for a call that suits it (a 16-bit dtype, 16-byte vectors, at
 // least kTableMinElements); false otherwise. GELU: bf16 the compact table, fp16 the full
-// one (tanh: where tanh_table_pays), unless LTX_KERNELS_GELU_TABLE says 0 (computed), full
+// one (where gelu_table_pays), unless LTX_KERNELS_GELU_TABLE says 0 (computed), full
 // or compact. GEGLU: computed unless LTX_KERNELS_GEGLU_TABLE=compact (its full-table form
 // was 1-2% slower, the compact one mixed: 2026-12-05 10:24 and 12:06).
 // fp16's compact table is 68 KB (its band holds 17408 patterns per sign against bf16's
@@ -540,9 +540,9 @@ bool launch_act_table(ActParams p, int vec, GeluKind kind, int device, cudaStrea
     if (vec != 8 || p.rows * p.nvec * 8 < kTableMinElements) return false;
     auto mode = ab_switch(kGated ? "LTX_KERNELS_GEGLU_TABLE" : "LTX_KERNELS_GELU_TABLE");
     if (!kGated && mode.empty()) {
-      mode = kind == GeluKind::kTanh && !tanh_table_pays(device) ? "0"
-             : std::is_same_v<T, __half>                         ? "full"
-                                                                 : "compact";
+      mode = !gelu_table_pays(device)     ? "0"
+             : std::is_same_v<T, __half> ? "full"
+                                         : "compact";
     }
     if (mode == "compact") {
       return kind == GeluKind::kTanh

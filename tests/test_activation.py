@@ -187,7 +187,7 @@ def test_gelu_every_half_value(device, dtype, approximate):
 def test_table_path_every_half_value(monkeypatch, dtype, approximate, table):
     """GELU calls large enough for the lookup-table kernel (act_table_kernel: >= 2**22
     elements of a 16-bit dtype; by default bf16 the compact table, 2^-16 <= |x| < 8, every
-    other value computed, and fp16 the full one; tanh computed instead on GPUs of little DRAM
+    other value computed, and fp16 the full one; computed instead on GPUs of little DRAM
     bandwidth per SM, e.g. the H100), with LTX_KERNELS_GELU_TABLE=compact / full
     either table in both dtypes and with LTX_KERNELS_GELU_TABLE=0 the same calls computed:
     every 16-bit pattern many times over, bit-exact vs eager; one long row with a scalar

@@ -34,7 +34,7 @@ if [ "${LTX_AB_HOST:-1}" != 0 ]; then
 fi
 
 OPS=${LTX_AB_OPS:-adaln,rmsnorm,rmsnorm_small,act,rope}
-ops=(${OPS//,/ })
+IFS=',' read -ra ops <<< "$OPS"  # commas only: a match may hold spaces (act:gelu tanh)
 for i in "${!ops[@]}"; do
   # op:match (e.g. rmsnorm:x32x) times only that op's cases whose name contains match.
   op=${ops[$i]%%:*}
