@@ -39,9 +39,10 @@ instead of 2; LTX_KERNELS_RMS_SHORT=0 keeps per-head rows of many tokens on the 
 kernel, =2 gives rms_norm_short_kernel 2 rows per thread instead of 4;
 LTX_KERNELS_ROPE_WIDE_SLOTS=0 keeps RoPE calls of few tokens to the narrower head split,
 =1 / =4 gives them a slot per head pair within 1 / 4 blocks per SM instead of 2;
-LTX_KERNELS_ROPE_GRID=all (a candidate) gives RoPE a block per token group instead of at
-most 32 blocks per SM walking the tokens: `--op rope`, whose cases include LTX's
-[2, 8064, 2048] single and q/k pair-table forms).
+LTX_KERNELS_GRID=all (a candidate) gives RoPE, rmsnorm, AdaLN, the gated residual and the
+q/k prologue a block per token / row group instead of at most 32 (RoPE) / 64 blocks per SM
+walking the rest: `--op rope` (its cases include LTX's [2, 8064, 2048] single and q/k
+pair-table forms), `--op rmsnorm`, `--op adaln`).
 Decided candidates leave their switch behind or are dropped (2026-12-05: adaln_direct_kernel,
 the early weight, the GELU table, the packed rotate-half form, then PDL, decode C = 2, the
 compact GELU table and per-token AdaLN C = 2, then the short-row rmsnorm kernel and RoPE's
@@ -75,6 +76,7 @@ VARIANTS = {
     "rmsnorm": {
         "ours": {},
         "ours (no short rows)": {"LTX_KERNELS_RMS_SHORT": "0"},
+        "ours (a block per row group)": {"LTX_KERNELS_GRID": "all"},
     },
     "rmsnorm_small": {
         "ours": {},
@@ -86,6 +88,7 @@ VARIANTS = {
         "ours": {},
         "ours (row kernels)": {"LTX_KERNELS_ADALN_KERNEL": "row"},
         "ours (C=4)": {"LTX_KERNELS_ADALN_C": "4"},
+        "ours (a block per row group)": {"LTX_KERNELS_GRID": "all"},
     },
     "act": {
         "ours": {},
@@ -101,7 +104,7 @@ VARIANTS = {
     "rope": {
         "ours": {},
         "ours (no PDL)": {"LTX_KERNELS_PDL": "0"},
-        "ours (a block per token group)": {"LTX_KERNELS_ROPE_GRID": "all"},
+        "ours (a block per token group)": {"LTX_KERNELS_GRID": "all"},
     },
     "rope_small": {
         "ours": {},

@@ -431,15 +431,9 @@ void rope_rotate_launch(const at::Tensor& out0, const at::Tensor& in0, const at:
     p.slots = wide;
   }
   const int per_block = kBlock / (p.lanes * p.slots);
-  // Candidate (LTX_KERNELS_ROPE_GRID=all, read per call; not yet timed): a block for every
-  // token group (no grid-stride walk) instead of at most 32 blocks per SM. Why: GEGLU's
-  // kernel gained 2% on an H100 from the same change (walking blocks -> a short-lived block
-  // per row group, RESULTS.md 2026-12-05 17:12); rope_ltx [2, 8064, 2048] runs 8064 token
-  // pairs on 4224 blocks (H100 / H200: 132 SMs), and sits 1-2% behind compile. (At most
-  // 2^22 blocks: the kernel's first token index is 32-bit; larger calls walk.)
-  const int64_t max_blocks = ab_switch("LTX_KERNELS_ROPE_GRID") == "all"
-                                 ? int64_t{1} << 22
-                                 : static_cast<int64_t>(sm_count(device)) * 32;
+  // At most 32 blocks per SM walking the tokens (LTX_KERNELS_GRID=all: a candidate, see
+  // grid_cap); rope_ltx [2, 8064, 2048] runs 8064 token pairs on 4224 blocks on 132 SMs.
+  const int64_t max_blocks = grid_cap(device, 32);
   const unsigned grid = static_cast<unsigned>(std::min(ceil_div(tokens, per_block), max_blocks));
   const int64_t step = static_cast<int64_t>(grid) * per_block;
   // Programmatic dependent launch on sm_90+ (common/pdl.cuh).

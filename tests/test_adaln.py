@@ -400,6 +400,8 @@ DIRECT_CHOICES = {
     "c2_late": {"LTX_KERNELS_ADALN_C": "2", "LTX_KERNELS_ADALN_MOD": "late"},
     "c4": {"LTX_KERNELS_ADALN_C": "4"},
     "c4_early": {"LTX_KERNELS_ADALN_C": "4", "LTX_KERNELS_ADALN_MOD": "early"},
+    # a block for every row group, no grid-stride walk (a candidate, common/dispatch.cuh grid_cap)
+    "grid_all": {"LTX_KERNELS_GRID": "all"},
 }
 
 
@@ -529,6 +531,23 @@ def test_gated_residual_exact_vs_eager(device, dtypes, d):
     ref = x.double() + y.double() * gate.double()
     mag = x.double().abs() + (y.double() * gate.double()).abs()
     assert_near_ref64(out, ref, mag, 3, "vs float64", (yd, gd))
+
+
+@requires_gpu
+@pytest.mark.parametrize("grid", ["", "all"], ids=["default", "grid_all"])
+def test_gated_residual_gpu_ltx_shape(monkeypatch, grid):
+    """LTX's gated residual ([2, 8064, 2048] bf16, broadcast and per-token gates, and fp32 x
+    with a bf16 update: Wan's form) over enough rows for the grid-stride walk, and with a block
+    for every row group (LTX_KERNELS_GRID=all, a candidate): equal to eager."""
+    if grid:
+        monkeypatch.setenv("LTX_KERNELS_GRID", grid)
+    x = torch.randn(2, 8064, 2048, device="cuda").to(BF16)
+    y = torch.randn_like(x)
+    for gate in (modulation((2, 1, 2048), BF16, "cuda"), modulation((2, 8064, 2048), BF16, "cuda")):
+        assert torch.equal(kernel.gated_residual(x, y, gate), x + y * gate)
+    xf = x.float()
+    gf = modulation((2, 1, 2048), torch.float32, "cuda")
+    assert torch.equal(kernel.gated_residual(xf, y, gf), xf + y * gf)
 
 
 # ---- models: FLUX / PixArt / Wan / LTX ------------------------------------------------

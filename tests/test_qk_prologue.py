@@ -241,6 +241,13 @@ def test_compile_fullgraph_matches_eager(device):
 
 
 @requires_gpu
+def test_gpu_grid_all(monkeypatch):
+    """With a block for every token group (LTX_KERNELS_GRID=all, a candidate: no grid-stride walk)."""
+    monkeypatch.setenv("LTX_KERNELS_GRID", "all")
+    test_gpu_real_shape_and_tail()
+
+
+@requires_gpu
 def test_gpu_real_shape_and_tail():
     """LTX 2B shape (B=2, 2688 tokens, D=2048) and D=4096 (13B) vs eager; plus a row longer
     than the register cache (tail re-read) and fp32."""

@@ -732,7 +732,7 @@ def test_llama_real_shape(table_dtype):
 @requires_gpu
 @pytest.mark.parametrize("env", [{}, {"LTX_KERNELS_PDL": "0"}, {"LTX_KERNELS_ROPE_WIDE_SLOTS": "0"},
                                  {"LTX_KERNELS_ROPE_WIDE_SLOTS": "1"}, {"LTX_KERNELS_ROPE_WIDE_SLOTS": "4"},
-                                 {"LTX_KERNELS_ROPE_GRID": "all"}],
+                                 {"LTX_KERNELS_GRID": "all"}],
                          ids=["pdl", "no_pdl", "no_wide_slots", "wide_slots_1", "wide_slots_4", "grid_all"])
 def test_pdl_launch_real_shapes(monkeypatch, env):
     """With programmatic dependent launch (the default on sm_90+), without it
@@ -740,7 +740,7 @@ def test_pdl_launch_real_shapes(monkeypatch, env):
     pass, by default while the grid stays within 2 blocks per SM; LTX_KERNELS_ROPE_WIDE_SLOTS=0
     keeps the narrower split) and with them within 1 or 4 blocks per SM (=1 / =4; the 256-token
     prompt takes them at 2 and 4, the 2 x 257-token one at 4), and with a block for every token
-    group (LTX_KERNELS_ROPE_GRID=all, a candidate): the RoPE kernel gives the same results in
+    group (LTX_KERNELS_GRID=all, a candidate): the RoPE kernel gives the same results in
     both layouts, decode-sized and large."""
     for name, value in env.items():
         monkeypatch.setenv(name, value)
@@ -807,9 +807,9 @@ def test_grid_stride_many_tokens():
 
 @requires_gpu
 def test_grid_all_many_tokens(monkeypatch):
-    """The candidate grid of a block per token group (LTX_KERNELS_ROPE_GRID=all, no walk):
+    """The candidate grid of a block per token group (LTX_KERNELS_GRID=all, no walk):
     LTX's real q/k shape and the many-token calls above (up to 10^6 tokens)."""
-    monkeypatch.setenv("LTX_KERNELS_ROPE_GRID", "all")
+    monkeypatch.setenv("LTX_KERNELS_GRID", "all")
     test_ltx_real_shape()
     test_grid_stride_many_tokens()
 

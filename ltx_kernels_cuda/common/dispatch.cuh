@@ -128,6 +128,17 @@ inline int sm_count(int device) {
                     [&] { return device_attribute(cudaDevAttrMultiProcessorCount, device); });
 }
 
+// The most blocks a grid-stride launch takes: per_sm per SM, beyond which its blocks walk.
+// Candidate (LTX_KERNELS_GRID=all, read per call; not yet timed): 2^22, a block for every
+// row group (token group) of any realistic call, no walk. Why: GEGLU gained 2% on an H100
+// from that change (RESULTS.md 2026-12-05 17:12), and the row kernels (rmsnorm, AdaLN,
+// gated residual, q/k prologue: 64 per SM) and RoPE (32 per SM) walk at LTX's 16128 rows /
+// tokens. (2^22: the RoPE kernel's first token index is 32-bit.)
+inline int64_t grid_cap(int device, int per_sm) {
+  if (ab_switch("LTX_KERNELS_GRID") == "all") return int64_t{1} << 22;
+  return static_cast<int64_t>(sm_count(device)) * per_sm;
+}
+
 // ask() for `key` once, later calls answer from a map (thread-safe). For the runtime's
 // per-kernel queries: too slow to repeat on every launch. The statics belong to each caller's
 // instantiation (its lambda's type), so every query has its own map.
@@ -208,8 +219,7 @@ inline RowPlan plan_rows(int64_t rows, int64_t nvec, int max_cache, int device, 
   const int groups = std::max(1, kRowBlock / p.tpr);
   p.block = groups * p.tpr;
   // A grid-stride loop covers rows beyond the grid; 64 blocks per SM is plenty to balance.
-  const int64_t max_blocks = static_cast<int64_t>(sm_count(device)) * 64;
-  p.grid = static_cast<unsigned>(std::min(ceil_div(rows, groups), max_blocks));
+  p.grid = static_cast<unsigned>(std::min(ceil_div(rows, groups), grid_cap(device, 64)));
   return p;
 }
 

@@ -28,8 +28,7 @@ __device__ __forceinline__ BlockRows block_rows(int64_t rows, int groups) {
 // Blocks for `rows` rows, `groups` per block and iteration, at most `per_sm` blocks per SM
 // (a grid-stride loop covers the rest).
 inline unsigned row_grid(int64_t rows, int64_t groups, int per_sm, int device) {
-  return static_cast<unsigned>(
-      std::min(ceil_div(rows, groups), static_cast<int64_t>(sm_count(device)) * per_sm));
+  return static_cast<unsigned>(std::min(ceil_div(rows, groups), grid_cap(device, per_sm)));
 }
 
 // Launches kernel(p) over p.rows rows, `groups` per block of `block` threads per iteration
