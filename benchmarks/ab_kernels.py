@@ -42,7 +42,7 @@ LTX_KERNELS_ROPE_WIDE_SLOTS=0 keeps RoPE calls of few tokens to the narrower hea
 LTX_KERNELS_GRID=all (a candidate) gives RoPE, rmsnorm, AdaLN, the gated residual and the
 q/k prologue a block per token / row group instead of at most 32 (RoPE) / 64 blocks per SM
 walking the rest: `--op rope` (its cases include LTX's [2, 8064, 2048] single and q/k
-pair-table forms), `--op rmsnorm`, `--op adaln`).
+pair-table forms), `--op gated` (LTX's gated residual), `--op rmsnorm`, `--op adaln`).
 Decided candidates leave their switch behind or are dropped (2026-12-05: adaln_direct_kernel,
 the early weight, the GELU table, the packed rotate-half form, then PDL, decode C = 2, the
 compact GELU table and per-token AdaLN C = 2, then the short-row rmsnorm kernel and RoPE's
@@ -69,7 +69,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_ops import (Timer, cold_l2_us, import_liger, load_kernel, ref_adaln_layer,  # noqa: E402
                        ref_adaln_rms, ref_geglu_tanh, ref_rms_diffusers, ref_rms_llama, ref_rope_llama,
-                       ref_rope_ltx, ref_rope_ltx_qk_pair)
+                       ref_gated_residual, ref_rope_ltx, ref_rope_ltx_qk_pair)
 
 # Our variants per op: the environment each is called under.
 VARIANTS = {
@@ -88,6 +88,10 @@ VARIANTS = {
         "ours": {},
         "ours (row kernels)": {"LTX_KERNELS_ADALN_KERNEL": "row"},
         "ours (C=4)": {"LTX_KERNELS_ADALN_C": "4"},
+        "ours (a block per row group)": {"LTX_KERNELS_GRID": "all"},
+    },
+    "gated": {
+        "ours": {},
         "ours (a block per row group)": {"LTX_KERNELS_GRID": "all"},
     },
     "act": {
@@ -199,6 +203,21 @@ def adaln_cases(k, dev, g, liger_mod_rms):
             f"{'x'.join(map(str, shape))} mod {'x'.join(map(str, mod))} {norm}",
             (lambda x, sc, sh, norm, out: lambda: k.adaln(x, sc, sh, None, 1e-6, norm, out=out))(x, sc, sh, norm, out),
             ref, (x, sc, sh, 1e-6), 2 * nbytes(x) + nbytes(sc, sh), peers))
+    return cases
+
+
+def gated_cases(k, dev, g):
+    """LTX's gated residual x + y * gate on [2, 8064, 2048] bf16, gates [2, 1, 2048] and per token."""
+    cases = []
+    x = torch.randn(2, 8064, 2048, device=dev, generator=g).to(torch.bfloat16)
+    y = torch.randn(2, 8064, 2048, device=dev, generator=g).to(torch.bfloat16)
+    for gshape in [(2, 1, 2048), (2, 8064, 2048)]:
+        gate = (0.5 * torch.randn(gshape, device=dev, generator=g)).to(torch.bfloat16)
+        out = torch.empty_like(x)
+        cases.append(Case(
+            f"gated 2x8064x2048 gate {'x'.join(map(str, gshape))}",
+            (lambda gate, out: lambda: k.gated_residual(x, y, gate, out=out))(gate, out),
+            ref_gated_residual, (x, y, gate), 3 * nbytes(x) + nbytes(gate)))
     return cases
 
 
@@ -343,6 +362,8 @@ def main(argv=None):
         cases = adaln_cases(k, dev, g, liger.get("modulated_rms_norm"))
     elif args.op == "act":
         cases = act_cases(k, dev, g, liger.get("geglu"))
+    elif args.op == "gated":
+        cases = gated_cases(k, dev, g)
     elif args.op == "rope_small":
         cases = rope_small_cases(k, dev, g, liger.get("rope"))
     else:
