@@ -5,9 +5,10 @@
 // math or of a split store shows in the time (2026-12-04 ncu, bf16 gelu_tanh: ours and
 // inductor's kernels both at 84-89% of issue slots, 61-67% of DRAM). The kernel therefore
 // does no division and no per-element index math: a block owns one tile column (U * tpr
-// vectors) of every row and walks down the rows by offset increments; each thread issues
-// all of its loads (U per operand) before any math. Contiguous inputs run as a single long
-// row (with a scalar tail), one tile per block.
+// vectors) of its rows and walks down them by offset increments (GELU on strided rows: 32
+// blocks per SM down the rows; GEGLU: a 128-thread block per row group, so rarely a walk);
+// each thread issues all of its loads (U per operand) before any math. Contiguous GELU
+// inputs run as a single long row (with a scalar tail), one tile per block.
 //
 // Large bf16 / fp16 GELU calls (not the gated ones) take act_table_kernel instead: GELU of
 // 16-bit values from a table in shared memory (bf16: the compact one, 2^-16 <= |x| < 8;
@@ -16,7 +17,8 @@
 //
 // Numerics: fp32 with ATen's CUDA expressions (ActivationGeluKernel.cu), so the
 // result is bit-identical to F.gelu in every dtype. The gated form rounds the GELU
-// to the storage dtype before the product, as eager `h * F.gelu(g)` does.
+// to the storage dtype before the product, as eager `h * F.gelu(g)` does (16-bit: then
+// one packed multiply per pair, the same bits).
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
