@@ -606,8 +606,8 @@ void launch(ActParams p, int64_t rows, int64_t cols, int vec, const at::Tensor& 
                   static_cast<unsigned>(std::min({row_groups, want_y, int64_t{65535}})));
   // GEGLU's product on packed pairs (act_vec; H100 2026-12-05 17:12: 261.9 -> 261.4 µs at
   // 16128 rows, 132.1 -> 131.8 at 2 x 4096); LTX_KERNELS_GEGLU_PACKED=0 (read per call)
-  // keeps the fp32 product, for the A/B.
-  [[maybe_unused]] const bool packed = ab_switch("LTX_KERNELS_GEGLU_PACKED") != "0";
+  // keeps the fp32 product, for the A/B (read for gated calls only).
+  const bool packed = !kGated || ab_switch("LTX_KERNELS_GEGLU_PACKED") != "0";
 
   dispatch_float(like.scalar_type(), [&](auto tag) {
     using T = typename decltype(tag)::type;

@@ -226,9 +226,9 @@ def test_geglu_launch_forms(monkeypatch, dtype, approximate, form):
     block per row group, at most 128 threads) and the others (LTX_KERNELS_ACT_GRID=walk: 32
     blocks per SM walking down the rows, GELU's; =rows: a block per row group of up to 256),
     with its product on packed pairs (the default) and in fp32 (LTX_KERNELS_GEGLU_PACKED=0):
-    every 16-bit gate pattern, rows whose tile column ends part-way (d = 8192 + 8, 1000), strided rows, a row count that
-    is not a multiple of the grid's, both halves' orders; and GELU computed (no table) on the
-    strided rows; bit-exact vs eager."""
+    every 16-bit gate pattern, rows whose tile column ends part-way (d = 8192 + 8, 1000),
+    strided rows, a row count that is not a multiple of the grid's, both halves' orders; and
+    GELU computed (no table) on the strided rows; bit-exact vs eager."""
     for name, val in form.items():
         monkeypatch.setenv(name, val)
     pats = torch.arange(-(1 << 15), 1 << 15, dtype=torch.int32, device="cuda").to(torch.int16)
