@@ -39,10 +39,12 @@ instead of 2; LTX_KERNELS_RMS_SHORT=0 keeps per-head rows of many tokens on the 
 kernel, =2 gives rms_norm_short_kernel 2 rows per thread instead of 4;
 LTX_KERNELS_ROPE_WIDE_SLOTS=0 keeps RoPE calls of few tokens to the narrower head split,
 =1 / =4 gives them a slot per head pair within 1 / 4 blocks per SM instead of 2;
-LTX_KERNELS_GRID=all (a candidate) gives RoPE, rmsnorm, AdaLN, the gated residual and the
-q/k prologue a block per token / row group instead of at most 32 (RoPE) / 64 blocks per SM
-walking the rest: `--op rope` (its cases include LTX's [2, 8064, 2048] single and q/k
-pair-table forms), `--op gated` (LTX's gated residual), `--op rmsnorm`, `--op adaln`).
+LTX_KERNELS_GRID=walk gives RoPE, rmsnorm, AdaLN, the gated residual and the q/k prologue
+at most 32 (RoPE) / 64 blocks per SM walking the rest instead of a block per token / row
+group (`--op rope`, `--op gated`, `--op rmsnorm`, `--op adaln`); LTX_KERNELS_ROPE_SLOTS=0
+keeps RoPE calls of many tokens on the power-of-two head split instead of the slot count
+that fills every pass of head pairs (Llama's 32 + 8 heads: 8 slots instead of 4; `--op rope`,
+`--op rope_small`).
 Decided candidates leave their switch behind or are dropped (2026-12-05: adaln_direct_kernel,
 the early weight, the GELU table, the packed rotate-half form, then PDL, decode C = 2, the
 compact GELU table and per-token AdaLN C = 2, then the short-row rmsnorm kernel and RoPE's
@@ -50,7 +52,8 @@ wide slots became defaults; balanced row chunks, the persistent grid, L2 evictio
 broadcast AdaLN C = 2 were dropped; then the rmsnorm weight / next-wave prefetches, GEGLU with
 one vector per thread and RoPE with 4 heads per pass, all slower on an H100; then GEGLU's
 block-per-row grid of 128 threads and packed product became defaults and the re-read rmsnorm
-kernel was dropped, H100); rmsnorm_small
+kernel was dropped, H100; then the block per row / token group of RoPE and the row
+kernels and the fitted RoPE slots, H100); rmsnorm_small
 still times the decode shapes against the peers.
 Every variant's output is checked against the eager reference
 before it is timed (a variant that disagrees is reported and not timed). A copy of the
@@ -76,7 +79,7 @@ VARIANTS = {
     "rmsnorm": {
         "ours": {},
         "ours (no short rows)": {"LTX_KERNELS_RMS_SHORT": "0"},
-        "ours (a block per row group)": {"LTX_KERNELS_GRID": "all"},
+        "ours (blocks walk rows)": {"LTX_KERNELS_GRID": "walk"},
     },
     "rmsnorm_small": {
         "ours": {},
@@ -88,11 +91,11 @@ VARIANTS = {
         "ours": {},
         "ours (row kernels)": {"LTX_KERNELS_ADALN_KERNEL": "row"},
         "ours (C=4)": {"LTX_KERNELS_ADALN_C": "4"},
-        "ours (a block per row group)": {"LTX_KERNELS_GRID": "all"},
+        "ours (blocks walk rows)": {"LTX_KERNELS_GRID": "walk"},
     },
     "gated": {
         "ours": {},
-        "ours (a block per row group)": {"LTX_KERNELS_GRID": "all"},
+        "ours (blocks walk rows)": {"LTX_KERNELS_GRID": "walk"},
     },
     "act": {
         "ours": {},
@@ -108,7 +111,8 @@ VARIANTS = {
     "rope": {
         "ours": {},
         "ours (no PDL)": {"LTX_KERNELS_PDL": "0"},
-        "ours (a block per token group)": {"LTX_KERNELS_GRID": "all"},
+        "ours (blocks walk tokens)": {"LTX_KERNELS_GRID": "walk"},
+        "ours (power-of-two slots)": {"LTX_KERNELS_ROPE_SLOTS": "0"},
     },
     "rope_small": {
         "ours": {},
@@ -116,6 +120,7 @@ VARIANTS = {
         "ours (no wide slots)": {"LTX_KERNELS_ROPE_WIDE_SLOTS": "0"},
         "ours (wide slots <= 1/SM)": {"LTX_KERNELS_ROPE_WIDE_SLOTS": "1"},
         "ours (wide slots <= 4/SM)": {"LTX_KERNELS_ROPE_WIDE_SLOTS": "4"},
+        "ours (power-of-two slots)": {"LTX_KERNELS_ROPE_SLOTS": "0"},
     },
 }
 

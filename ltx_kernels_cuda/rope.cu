@@ -355,6 +355,19 @@ int pick_unit(const RopeParams& p, int xs, int cs, int64_t cols, bool pair) {
   return 1;
 }
 
+// The slot count, `slots` or a smaller power of two, that leaves the fewest idle head
+// places over a slot's passes (two heads a pass): slots * 2 * passes - heads; the larger
+// count on a tie (fewer passes per thread).
+int fitted_slots(int64_t heads, int slots) {
+  int best = slots;
+  int64_t best_idle = ceil_div(heads, int64_t{2} * slots) * 2 * slots - heads;
+  for (int s = slots / 2; s >= 1; s /= 2) {
+    const int64_t idle = ceil_div(heads, int64_t{2} * s) * 2 * s - heads;
+    if (idle < best_idle) best = s, best_idle = idle;
+  }
+  return best;
+}
+
 int pow2_floor(int64_t v) {
   int p = 1;
   while (static_cast<int64_t>(p) * 2 <= v) p <<= 1;
@@ -429,10 +442,22 @@ void rope_rotate_launch(const at::Tensor& out0, const at::Tensor& in0, const at:
   if (wide > p.slots && wide_switch != "0" &&
       ceil_div(tokens, static_cast<int64_t>(kBlock / (p.lanes * wide))) <= sm_count(device) * wide_per_sm) {
     p.slots = wide;
+  } else if (ab_switch("LTX_KERNELS_ROPE_SLOTS") != "0") {
+    // Calls of many tokens: fewer slots where that fills every pass. A slot rotates its
+    // heads two per pass, so Llama's 32 + 8 heads on 8 slots took 3 passes of which the last
+    // holds one head (5 heads in 3 memory round trips, the last with half the bytes in
+    // flight); on 4 slots, 5 full passes and twice the tokens per block. Only while the
+    // fitted grid still has a block per SM: below that (prompts of <= ~1000 tokens) the
+    // passes per thread, not the bytes in flight, decide. H100 bf16, 2026-12-05 19:34
+    // (RESULTS.md): q 32 x 8192 x 128 + k 8 heads 60.45 -> 59.58 µs, 2048 tokens 16.16 ->
+    // 15.81; already full (q 32 + k 32 heads of 64, LTX's forms): unchanged.
+    // LTX_KERNELS_ROPE_SLOTS=0 (read per call: an A/B switch) keeps the power-of-two split.
+    const int fit = fitted_slots(heads, p.slots);
+    if (ceil_div(tokens, static_cast<int64_t>(kBlock / (p.lanes * fit))) >= sm_count(device)) p.slots = fit;
   }
   const int per_block = kBlock / (p.lanes * p.slots);
-  // At most 32 blocks per SM walking the tokens (LTX_KERNELS_GRID=all: a candidate, see
-  // grid_cap); rope_ltx [2, 8064, 2048] runs 8064 token pairs on 4224 blocks on 132 SMs.
+  // A block per token group (grid_cap; LTX_KERNELS_GRID=walk: at most 32 blocks per SM
+  // walking the tokens, where rope_ltx [2, 8064, 2048] ran 8064 token pairs on 4224 blocks).
   const int64_t max_blocks = grid_cap(device, 32);
   const unsigned grid = static_cast<unsigned>(std::min(ceil_div(tokens, per_block), max_blocks));
   const int64_t step = static_cast<int64_t>(grid) * per_block;

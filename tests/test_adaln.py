@@ -400,8 +400,9 @@ DIRECT_CHOICES = {
     "c2_late": {"LTX_KERNELS_ADALN_C": "2", "LTX_KERNELS_ADALN_MOD": "late"},
     "c4": {"LTX_KERNELS_ADALN_C": "4"},
     "c4_early": {"LTX_KERNELS_ADALN_C": "4", "LTX_KERNELS_ADALN_MOD": "early"},
-    # a block for every row group, no grid-stride walk (a candidate, common/dispatch.cuh grid_cap)
-    "grid_all": {"LTX_KERNELS_GRID": "all"},
+    # at most 64 blocks per SM walking the rows grid-stride (the default is a block per row
+    # group: common/dispatch.cuh grid_cap)
+    "grid_walk": {"LTX_KERNELS_GRID": "walk"},
 }
 
 
@@ -534,11 +535,12 @@ def test_gated_residual_exact_vs_eager(device, dtypes, d):
 
 
 @requires_gpu
-@pytest.mark.parametrize("grid", ["", "all"], ids=["default", "grid_all"])
+@pytest.mark.parametrize("grid", ["", "walk"], ids=["default", "grid_walk"])
 def test_gated_residual_gpu_ltx_shape(monkeypatch, grid):
     """LTX's gated residual ([2, 8064, 2048] bf16, broadcast and per-token gates, and fp32 x
-    with a bf16 update: Wan's form) over enough rows for the grid-stride walk, and with a block
-    for every row group (LTX_KERNELS_GRID=all, a candidate): equal to eager."""
+    with a bf16 update: Wan's form) with a block for every row group (the default) and over
+    enough rows for the grid-stride walk of at most 64 blocks per SM (LTX_KERNELS_GRID=walk):
+    equal to eager."""
     if grid:
         monkeypatch.setenv("LTX_KERNELS_GRID", grid)
     x = torch.randn(2, 8064, 2048, device="cuda").to(BF16)

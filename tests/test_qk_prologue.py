@@ -130,15 +130,17 @@ def test_norm_only_cross_attention(device, dtype):
     # in fp32 the two kernels' reduction orders may flip roundings (measured: 3 ulp, H200)
     tol = 0 if dtype != torch.float32 else 4
 
-    def same(out, x, w, what):
+    def same(out, x, w, what, tol=tol):
         assert_ulp(out, kernel.rmsnorm(x, w, 1e-5, semantics="torch"), max_ulp=tol, what=what)
 
     same(oq, q, nq.weight, "q vs rmsnorm")
     same(ok, k, nk.weight, "k vs rmsnorm")
-    # no weights; odd D without tables
+    # no weights; odd D without tables. D = 63 is the scalar path of both kernels, whose sums
+    # of squares add in different orders, so a rounding of the output may flip in half
+    # precision too (H100 2026-12-05, fp16: 1 ulp at 1 of 3780 elements): 1 ulp allowed there.
     a, b = kernel.rmsnorm_rope_qk(q[..., :63], k[..., :63], None, None)
-    same(a, q[..., :63], None, "q, D=63")
-    same(b, k[..., :63], None, "k, D=63")
+    same(a, q[..., :63], None, "q, D=63", max(tol, 1))
+    same(b, k[..., :63], None, "k, D=63", max(tol, 1))
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -241,9 +243,10 @@ def test_compile_fullgraph_matches_eager(device):
 
 
 @requires_gpu
-def test_gpu_grid_all(monkeypatch):
-    """With a block for every token group (LTX_KERNELS_GRID=all, a candidate: no grid-stride walk)."""
-    monkeypatch.setenv("LTX_KERNELS_GRID", "all")
+def test_gpu_grid_walk(monkeypatch):
+    """With at most 64 blocks per SM walking the token groups grid-stride (LTX_KERNELS_GRID=walk;
+    the default is a block per token group)."""
+    monkeypatch.setenv("LTX_KERNELS_GRID", "walk")
     test_gpu_real_shape_and_tail()
 
 

@@ -204,8 +204,9 @@ DECODE_CANDIDATES = {
     "no_pdl": {"LTX_KERNELS_PDL": "0"},
     "decode_c4": {"LTX_KERNELS_RMS_DECODE_C": "4"},
     "no_pdl_decode_c4": {"LTX_KERNELS_PDL": "0", "LTX_KERNELS_RMS_DECODE_C": "4"},
-    # a block for every row group, no grid-stride walk (a candidate, common/dispatch.cuh grid_cap)
-    "grid_all": {"LTX_KERNELS_GRID": "all"},
+    # at most 64 blocks per SM walking the rows grid-stride (the default is a block per row
+    # group: common/dispatch.cuh grid_cap)
+    "grid_walk": {"LTX_KERNELS_GRID": "walk"},
 }
 
 

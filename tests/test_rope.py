@@ -732,21 +732,26 @@ def test_llama_real_shape(table_dtype):
 @requires_gpu
 @pytest.mark.parametrize("env", [{}, {"LTX_KERNELS_PDL": "0"}, {"LTX_KERNELS_ROPE_WIDE_SLOTS": "0"},
                                  {"LTX_KERNELS_ROPE_WIDE_SLOTS": "1"}, {"LTX_KERNELS_ROPE_WIDE_SLOTS": "4"},
-                                 {"LTX_KERNELS_GRID": "all"}],
-                         ids=["pdl", "no_pdl", "no_wide_slots", "wide_slots_1", "wide_slots_4", "grid_all"])
+                                 {"LTX_KERNELS_GRID": "walk"}, {"LTX_KERNELS_ROPE_SLOTS": "0"}],
+                         ids=["pdl", "no_pdl", "no_wide_slots", "wide_slots_1", "wide_slots_4", "grid_walk",
+                              "no_slots_fit"])
 def test_pdl_launch_real_shapes(monkeypatch, env):
     """With programmatic dependent launch (the default on sm_90+), without it
     (LTX_KERNELS_PDL=0), without the wide slots of few-token calls (every head pair in one
     pass, by default while the grid stays within 2 blocks per SM; LTX_KERNELS_ROPE_WIDE_SLOTS=0
     keeps the narrower split) and with them within 1 or 4 blocks per SM (=1 / =4; the 256-token
-    prompt takes them at 2 and 4, the 2 x 257-token one at 4), and with a block for every token
-    group (LTX_KERNELS_GRID=all, a candidate): the RoPE kernel gives the same results in
-    both layouts, decode-sized and large."""
+    prompt takes them at 2 and 4, the 2 x 257-token one at 4), with at most 32 blocks per SM
+    walking the tokens (LTX_KERNELS_GRID=walk; the default is a block per token group), and
+    without the slot count that fills every pass of head pairs in calls of many tokens
+    (LTX_KERNELS_ROPE_SLOTS=0; by default Llama's 32 + 8 heads take 4 slots instead of 8, an
+    odd 5 + 3 heads 4 instead of 8 from ~1000 tokens): the RoPE kernel gives the same results
+    in both layouts, decode-sized and large."""
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     test_llama_real_shape(torch.bfloat16)
     # decode-sized calls and a prompt; Llama's 32 + 8 heads, Qwen's 28 + 4, an odd 5 + 3
-    for (b, s), (hq, hk) in itertools.product([(1, 1), (16, 1), (3, 1), (1, 256), (2, 257)],
+    for (b, s), (hq, hk) in itertools.product([(1, 1), (16, 1), (3, 1), (1, 256), (2, 257), (1, 2048),
+                                                (3, 701)],
                                                [(32, 8), (28, 4), (5, 3)]):
         cos, sin = llama_tables(128, b, s, torch.bfloat16, "cuda")
         q = torch.randn(b, s, hq, 128, device="cuda", dtype=torch.bfloat16).transpose(1, 2)
@@ -790,8 +795,13 @@ def test_pdl_chain(monkeypatch, graph):
 
 
 @requires_gpu
-def test_grid_stride_many_tokens():
-    # batch 7 does not divide the grid's token step, so the (s, b) stepping wraps.
+@pytest.mark.parametrize("grid", ["walk", ""], ids=["grid_walk", "default"])
+def test_grid_stride_many_tokens(monkeypatch, grid):
+    # With LTX_KERNELS_GRID=walk (at most 32 blocks per SM) the blocks walk, and batch 7 does
+    # not divide the grid's token step, so the (s, b) stepping wraps. By default (a block per
+    # token group) the same calls, up to 10^6 tokens.
+    if grid:
+        monkeypatch.setenv("LTX_KERNELS_GRID", grid)
     x = torch.randn(7, 60001, 64, device="cuda", dtype=torch.bfloat16)
     k = torch.randn_like(x)
     c, s = torch.randn(60001, 64, device="cuda"), torch.randn(60001, 64, device="cuda")
@@ -803,15 +813,6 @@ def test_grid_stride_many_tokens():
     x1 = torch.randn(1_000_003, 1, 64, device="cuda", dtype=torch.bfloat16)  # batch > grid
     c1, s1 = torch.randn(1, 64, device="cuda"), torch.randn(1, 64, device="cuda")
     assert torch.equal(kernel.rope_interleaved(x1, c1, s1), diffusers_ref_any(x1, c1, s1))
-
-
-@requires_gpu
-def test_grid_all_many_tokens(monkeypatch):
-    """The candidate grid of a block per token group (LTX_KERNELS_GRID=all, no walk):
-    LTX's real q/k shape and the many-token calls above (up to 10^6 tokens)."""
-    monkeypatch.setenv("LTX_KERNELS_GRID", "all")
-    test_ltx_real_shape()
-    test_grid_stride_many_tokens()
 
 
 @requires_gpu

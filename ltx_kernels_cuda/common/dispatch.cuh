@@ -128,15 +128,19 @@ inline int sm_count(int device) {
                     [&] { return device_attribute(cudaDevAttrMultiProcessorCount, device); });
 }
 
-// The most blocks a grid-stride launch takes: per_sm per SM, beyond which its blocks walk.
-// Candidate (LTX_KERNELS_GRID=all, read per call; not yet timed): 2^22, a block for every
-// row group (token group) of any realistic call, no walk. Why: GEGLU gained 2% on an H100
-// from that change (RESULTS.md 2026-12-05 17:12), and the row kernels (rmsnorm, AdaLN,
-// gated residual, q/k prologue: 64 per SM) and RoPE (32 per SM) walk at LTX's 16128 rows /
-// tokens. (2^22: the RoPE kernel's first token index is 32-bit.)
+// The most blocks a grid-stride launch takes: 2^22, a block for every row group (token
+// group) of any realistic call, so blocks rarely walk. (2^22: the RoPE kernel's first token
+// index is 32-bit.) Was per_sm blocks per SM (64 for the row kernels: rmsnorm, AdaLN, gated
+// residual, q/k prologue and the norm backward kernels; 32 for RoPE), the rest walked; the
+// GEGLU kernel gained 2% from the same change (H100, RESULTS.md 2026-12-05 17:12). Here
+// (H100 bf16, 2026-12-05 19:23, benchmarks/ab_kernels.py) it ties or wins at every shape
+// timed: gated residual [2, 8064, 2048] 63.25 -> 62.85 µs, rope_ltx_qk_pair 128.54 ->
+// 128.19, rope_ltx 128.91 -> 128.78, rmsnorm / AdaLN / rope_llama within 0.1%.
+// LTX_KERNELS_GRID=walk (read per call: a developer A/B switch, and the tests' way to make
+// the grid-stride loops walk) restores the per_sm cap.
 inline int64_t grid_cap(int device, int per_sm) {
-  if (ab_switch("LTX_KERNELS_GRID") == "all") return int64_t{1} << 22;
-  return static_cast<int64_t>(sm_count(device)) * per_sm;
+  if (ab_switch("LTX_KERNELS_GRID") == "walk") return static_cast<int64_t>(sm_count(device)) * per_sm;
+  return int64_t{1} << 22;
 }
 
 // ask() for `key` once, later calls answer from a map (thread-safe). For the runtime's
@@ -218,7 +222,7 @@ inline RowPlan plan_rows(int64_t rows, int64_t nvec, int max_cache, int device, 
                     : static_cast<int>(std::min<int64_t>(kMaxRowThreads, ceil_div(per, 32) * 32));
   const int groups = std::max(1, kRowBlock / p.tpr);
   p.block = groups * p.tpr;
-  // A grid-stride loop covers rows beyond the grid; 64 blocks per SM is plenty to balance.
+  // A block per row group (grid_cap); a grid-stride loop covers rows beyond the grid.
   p.grid = static_cast<unsigned>(std::min(ceil_div(rows, groups), grid_cap(device, 64)));
   return p;
 }

@@ -25,15 +25,16 @@ __device__ __forceinline__ BlockRows block_rows(int64_t rows, int groups) {
           static_cast<int64_t>(gridDim.x) * groups};
 }
 
-// Blocks for `rows` rows, `groups` per block and iteration, at most `per_sm` blocks per SM
-// (a grid-stride loop covers the rest).
+// Blocks for `rows` rows, `groups` per block and iteration: one per row group (grid_cap;
+// with LTX_KERNELS_GRID=walk at most `per_sm` blocks per SM, a grid-stride loop covers the
+// rest).
 inline unsigned row_grid(int64_t rows, int64_t groups, int per_sm, int device) {
   return static_cast<unsigned>(std::min(ceil_div(rows, groups), grid_cap(device, per_sm)));
 }
 
 // Launches kernel(p) over p.rows rows, `groups` per block of `block` threads per iteration
-// (no dynamic shared memory). A grid-stride loop covers rows beyond the grid; 64 blocks
-// per SM is plenty to balance. pdl: with programmatic dependent launch (common/pdl.cuh;
+// (no dynamic shared memory). A block per row group (grid_cap); a grid-stride loop covers
+// rows beyond the grid (LTX_KERNELS_GRID=walk: beyond 64 blocks per SM). pdl: with programmatic dependent launch (common/pdl.cuh;
 // only for kernels that call pdl_wait first).
 // A persistent grid (only the blocks resident at once, each walking ~rows / grid rows
 // grid-stride) was timed against this (H200, 2026-12-05 10:24, RESULTS.md): slower at every
@@ -49,8 +50,8 @@ void launch_rows(void (*kernel)(Params), const Params& p, int block, int64_t gro
 // Launches kernel(p) for the row kernels that take any power-of-two tpr (rms_norm_kernel,
 // the q/k prologue, the norm backward kernels): p.tpr = tpr_wanted, halved while above the
 // compiled kernel's thread limit (registers decide it); blocks of max(tpr, min_block)
-// threads within that limit, row groups of tpr threads over `rows` rows, grid-stride
-// beyond 64 blocks per SM.
+// threads within that limit, row groups of tpr threads over `rows` rows, a block per row
+// group (grid_cap).
 template <typename Params>
 void launch_rows_pow2(void (*kernel)(Params), Params& p, int tpr_wanted, int min_block,
                       int64_t rows, int device, cudaStream_t stream) {
