@@ -594,11 +594,18 @@ bool launch_adaln_direct(AdaLnParams p, int vec, bool early, bool per_token, int
   const int64_t nvec = p.cols / vec;
   if (vec != N || nvec > static_cast<int64_t>(kDirectCached) * kDirectBlock) return false;
   const std::string_view c_switch = ab_switch("LTX_KERNELS_ADALN_C");
-  const bool c2 = nvec <= 2LL * kDirectBlock && (c_switch == "2" || (c_switch != "4" && per_token));
-  p.tpr = pow2_ceil(ceil_div(nvec, c2 ? 2 : kDirectCached));
+  // Candidate (LTX_KERNELS_ADALN_C=1, not yet timed): one vector per thread, a row per
+  // block at D = 2048, few registers (inductor's per-token AdaLN, 4% ahead of ours on the H100,
+  // is a 512-thread-per-row reduction at 22-27 registers, full occupancy, loading the
+  // modulation after the reduction: benchmarks/inductor_code.py, 2026-12-05).
+  const bool c1 = c_switch == "1" && nvec <= kDirectBlock;
+  const bool c2 = !c1 && nvec <= 2LL * kDirectBlock && (c_switch == "2" || (c_switch != "4" && per_token));
+  p.tpr = pow2_ceil(ceil_div(nvec, c1 ? 1 : c2 ? 2 : kDirectCached));
   const int64_t groups = kDirectBlock / p.tpr;
   auto go = [&](auto kernel) { launch_rows(kernel, p, kDirectBlock, groups, device, stream); };
-  if (c2) {
+  if (c1) {
+    early ? go(adaln_direct_kernel<T, kLayer, true, 1>) : go(adaln_direct_kernel<T, kLayer, false, 1>);
+  } else if (c2) {
     early ? go(adaln_direct_kernel<T, kLayer, true, 2>) : go(adaln_direct_kernel<T, kLayer, false, 2>);
   } else {
     early ? go(adaln_direct_kernel<T, kLayer, true, kDirectCached>)
