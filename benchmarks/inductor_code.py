@@ -35,10 +35,17 @@ def _r(*shape, dtype=BF16, scale=1.0):
 def cases():
     """name -> (function, argument factory), the shapes of bench_ops.py's LTX / Llama cases."""
     b, s, d = 2, 8064, 2048
+    f32 = torch.float32
+
+    def llama_qk():
+        q = _r(1, 8192, 32, 128).transpose(1, 2)  # transformers' [B, S, H, D] storage
+        k = _r(1, 8192, 8, 128).transpose(1, 2)
+        return q, k, _r(1, 8192, 128), _r(1, 8192, 128)
+
     return {
-        "rope_ltx_qk_pair": (ref_rope_ltx_qk_pair, lambda: (_r(b, s, d), _r(b, s, d), _r(b, s, d // 2, dtype=torch.float32),
-                                                            _r(b, s, d // 2, dtype=torch.float32))),
-        "rope_ltx": (ref_rope_ltx, lambda: (_r(b, s, d), _r(b, s, d, dtype=torch.float32), _r(b, s, d, dtype=torch.float32))),
+        "rope_ltx_qk_pair": (ref_rope_ltx_qk_pair, lambda: (_r(b, s, d), _r(b, s, d), _r(b, s, d // 2, dtype=f32),
+                                                            _r(b, s, d // 2, dtype=f32))),
+        "rope_ltx": (ref_rope_ltx, lambda: (_r(b, s, d), _r(b, s, d, dtype=f32), _r(b, s, d, dtype=f32))),
         "adaln_token": (ref_adaln_rms, lambda: (_r(b, s, d), _r(b, s, d, scale=0.1), _r(b, s, d, scale=0.1))),
         "adaln_broadcast": (ref_adaln_rms, lambda: (_r(b, s, d), _r(b, 1, d, scale=0.1), _r(b, 1, d, scale=0.1))),
         "gated_broadcast": (ref_gated_residual, lambda: (_r(b, s, d), _r(b, s, d), _r(b, 1, d, scale=0.1))),
@@ -46,8 +53,7 @@ def cases():
         "rms_ltx": (lambda x: ref_rms_diffusers(x, None, 1e-6), lambda: (_r(b, s, d),)),
         "rms_llama_8192": (lambda x, w: ref_rms_llama(x, w, 1e-6), lambda: (_r(4096, 8192), _r(8192))),
         "rms_per_head_128": (lambda x, w: ref_rms_llama(x, w, 1e-6), lambda: (_r(8064, 32, 128), _r(128))),
-        "rope_llama": (ref_rope_llama, lambda: (_r(1, 8192, 32, 128).transpose(1, 2), _r(1, 8192, 8, 128).transpose(1, 2),
-                                                _r(1, 8192, 128), _r(1, 8192, 128))),
+        "rope_llama": (ref_rope_llama, llama_qk),
         "geglu": (ref_geglu_tanh, lambda: (_r(16128, 16384),)),
     }
 

@@ -34,8 +34,8 @@ inline unsigned row_grid(int64_t rows, int64_t groups, int per_sm, int device) {
 
 // Launches kernel(p) over p.rows rows, `groups` per block of `block` threads per iteration
 // (no dynamic shared memory). A block per row group (grid_cap); a grid-stride loop covers
-// rows beyond the grid (LTX_KERNELS_GRID=walk: beyond 64 blocks per SM). pdl: with programmatic dependent launch (common/pdl.cuh;
-// only for kernels that call pdl_wait first).
+// rows beyond the grid (LTX_KERNELS_GRID=walk: beyond 64 blocks per SM). pdl: with
+// programmatic dependent launch (common/pdl.cuh; only for kernels that call pdl_wait first).
 // A persistent grid (only the blocks resident at once, each walking ~rows / grid rows
 // grid-stride) was timed against this (H200, 2026-12-05 10:24, RESULTS.md): slower at every
 // shape of rmsnorm (0.4-7%), AdaLN 1-3% slower at 4 of 5 shapes (1x4608x3072 LayerNorm 1.3%
