@@ -376,8 +376,8 @@ int pick_unit(const RopeParams& p, int xs, int cs, int64_t cols, bool pair) {
 // count on a tie (fewer passes per thread).
 int fitted_slots(int64_t heads, int slots) {
   int best = slots;
-  int64_t best_idle = ceil_div(heads, int64_t{2} * slots) * 2 * slots - heads;
-  for (int s = slots / 2; s >= 1; s /= 2) {
+  int64_t best_idle = INT64_MAX;
+  for (int s = slots; s >= 1; s /= 2) {  // largest first: a tie keeps the larger
     const int64_t idle = ceil_div(heads, int64_t{2} * s) * 2 * s - heads;
     if (idle < best_idle) best = s, best_idle = idle;
   }
