@@ -24,7 +24,7 @@ replay (bench_ops.Timer.graph_us, warm L2), the small-shape target; the default 
 Our variants are the same op called under the environment each op's VARIANTS names (the
 launchers read these per call: LTX_KERNELS_RMS_KERNEL=row forces rms_norm_kernel;
 LTX_KERNELS_ADALN_KERNEL=row the AdaLN kernels other than adaln_direct_kernel;
-LTX_KERNELS_ADALN_C=2 / 4 forces adaln_direct_kernel's vectors per thread (=1, a candidate: one),
+LTX_KERNELS_ADALN_C=2 / 4 forces adaln_direct_kernel's vectors per thread,
 LTX_KERNELS_ADALN_MOD=early / late when it loads scale / shift;
 LTX_KERNELS_GELU_TABLE=0 computes GELU of 16-bit dtypes instead of reading a table,
 =full / =compact reads the full / compact one (defaults: bf16 compact, fp16 full; computed
@@ -44,9 +44,7 @@ at most 32 (RoPE) / 64 blocks per SM walking the rest instead of a block per tok
 group (`--op rope`, `--op gated`, `--op rmsnorm`, `--op adaln`); LTX_KERNELS_ROPE_SLOTS=0
 keeps RoPE calls of many tokens on the power-of-two head split instead of the slot count
 that fills every pass of head pairs (Llama's 32 + 8 heads: 8 slots instead of 4; `--op rope`,
-`--op rope_small`); LTX_KERNELS_ROPE_OCC=1 (a candidate) caps the pair-table interleaved
-forward's registers for 6 blocks per SM, LTX_KERNELS_ROPE_LANES=256 (a candidate) gives rows
-of up to 256 units a lane per unit instead of 2 units per lane (`--op rope`).
+`--op rope_small`).
 Decided candidates leave their switch behind or are dropped (2026-12-05: adaln_direct_kernel,
 the early weight, the GELU table, the packed rotate-half form, then PDL, decode C = 2, the
 compact GELU table and per-token AdaLN C = 2, then the short-row rmsnorm kernel and RoPE's
@@ -55,7 +53,8 @@ broadcast AdaLN C = 2 were dropped; then the rmsnorm weight / next-wave prefetch
 one vector per thread and RoPE with 4 heads per pass, all slower on an H100; then GEGLU's
 block-per-row grid of 128 threads and packed product became defaults and the re-read rmsnorm
 kernel was dropped, H100; then the block per row / token group of RoPE and the row
-kernels and the fitted RoPE slots, H100); rmsnorm_small
+kernels and the fitted RoPE slots, H100; then RoPE's lane per unit became the default and
+the 6-blocks-per-SM pair-table RoPE and AdaLN C = 1 were dropped, H100); rmsnorm_small
 still times the decode shapes against the peers.
 Every variant's output is checked against the eager reference
 before it is timed (a variant that disagrees is reported and not timed). A copy of the
@@ -93,8 +92,6 @@ VARIANTS = {
         "ours": {},
         "ours (row kernels)": {"LTX_KERNELS_ADALN_KERNEL": "row"},
         "ours (C=4)": {"LTX_KERNELS_ADALN_C": "4"},
-        "ours (C=1)": {"LTX_KERNELS_ADALN_C": "1"},
-        "ours (C=1 late)": {"LTX_KERNELS_ADALN_C": "1", "LTX_KERNELS_ADALN_MOD": "late"},
         "ours (blocks walk rows)": {"LTX_KERNELS_GRID": "walk"},
     },
     "gated": {
@@ -117,9 +114,6 @@ VARIANTS = {
         "ours (no PDL)": {"LTX_KERNELS_PDL": "0"},
         "ours (blocks walk tokens)": {"LTX_KERNELS_GRID": "walk"},
         "ours (power-of-two slots)": {"LTX_KERNELS_ROPE_SLOTS": "0"},
-        "ours (pair, 6 blocks/SM)": {"LTX_KERNELS_ROPE_OCC": "1"},
-        "ours (a lane per unit)": {"LTX_KERNELS_ROPE_LANES": "256"},
-        "ours (pair, 6 blocks/SM, a lane per unit)": {"LTX_KERNELS_ROPE_OCC": "1", "LTX_KERNELS_ROPE_LANES": "256"},
     },
     "rope_small": {
         "ours": {},

@@ -504,6 +504,9 @@ constexpr int kAdaDirectMinBlocks = C <= 2 ? 4 : kEarly ? 2 : 4;
 // per-token [2, 8064, 2048] 63.57 -> 62.74 µs (C = 2 late 69.7); with the broadcast
 // modulation ([B, 1, D]) C = 2 lost 17-28% in either load order (37.7 -> 44.2 at 2x8064x2048),
 // so it stays 4 there. LTX_KERNELS_ADALN_C=2 / 4 (read per call: an A/B switch) forces it.
+// C = 1 (one vector per thread, a row per block at D = 2048, 42-48 registers, 5-6 blocks per
+// SM, as inductor's 512-thread-per-row kernels) lost everywhere: H100 bf16 2026-12-05 21:28,
+// [2, 8064, 2048] broadcast 45.57 -> 60.0 µs, per-token 86.05 -> 87.06, LayerNorm 48.1 -> 71.4.
 template <typename T, bool kLayer, bool kEarly, int C>
 __global__ void __launch_bounds__(kDirectBlock, kAdaDirectMinBlocks<kEarly, C>)
     adaln_direct_kernel(AdaLnParams p) {
@@ -594,18 +597,11 @@ bool launch_adaln_direct(AdaLnParams p, int vec, bool early, bool per_token, int
   const int64_t nvec = p.cols / vec;
   if (vec != N || nvec > static_cast<int64_t>(kDirectCached) * kDirectBlock) return false;
   const std::string_view c_switch = ab_switch("LTX_KERNELS_ADALN_C");
-  // Candidate (LTX_KERNELS_ADALN_C=1, not yet timed): one vector per thread, a row per
-  // block at D = 2048, few registers (inductor's per-token AdaLN, 4% ahead of ours on the H100,
-  // is a 512-thread-per-row reduction at 22-27 registers, full occupancy, loading the
-  // modulation after the reduction: benchmarks/inductor_code.py, 2026-12-05).
-  const bool c1 = c_switch == "1" && nvec <= kDirectBlock;
-  const bool c2 = !c1 && nvec <= 2LL * kDirectBlock && (c_switch == "2" || (c_switch != "4" && per_token));
-  p.tpr = pow2_ceil(ceil_div(nvec, c1 ? 1 : c2 ? 2 : kDirectCached));
+  const bool c2 = nvec <= 2LL * kDirectBlock && (c_switch == "2" || (c_switch != "4" && per_token));
+  p.tpr = pow2_ceil(ceil_div(nvec, c2 ? 2 : kDirectCached));
   const int64_t groups = kDirectBlock / p.tpr;
   auto go = [&](auto kernel) { launch_rows(kernel, p, kDirectBlock, groups, device, stream); };
-  if (c1) {
-    early ? go(adaln_direct_kernel<T, kLayer, true, 1>) : go(adaln_direct_kernel<T, kLayer, false, 1>);
-  } else if (c2) {
+  if (c2) {
     early ? go(adaln_direct_kernel<T, kLayer, true, 2>) : go(adaln_direct_kernel<T, kLayer, false, 2>);
   } else {
     early ? go(adaln_direct_kernel<T, kLayer, true, kDirectCached>)

@@ -28,7 +28,14 @@ constexpr int kBlock = 256;       // threads per block
 // Two resident blocks per SM (<= 128 registers). With the block size alone, this
 // ptxas trades a few spills for occupancy on some instantiations; no spills this way.
 constexpr int kMinBlocks = 2;
-constexpr int kMaxLanes = 128;    // lanes per token (units of one row)
+// Lanes per token (units of one row): up to a lane per unit of a whole block, so LTX's
+// D = 2048 rows (256 16-byte units) are one pass of one unit per thread, a token per block,
+// as inductor's programs are, instead of 128 lanes taking two units each in turn. H100 bf16,
+// 2026-12-05 21:28 (RESULTS.md, ab_kernels.py): rope_ltx [2, 8064, 2048] 130.40 -> 129.47 µs,
+// the q/k pair-table call 130.05 -> 129.18 (a copy of the same bytes: 129.54 / 130.02).
+// Capping the pair-table kernel's registers for 6 blocks per SM (60 -> 40) instead of 4
+// changed nothing measurable (130.27; with the lanes 129.02): not kept.
+constexpr int kMaxLanes = kBlock;
 constexpr int kGroupTarget = 64;  // threads per token the head split aims for
 
 struct RopeSide {
@@ -133,32 +140,16 @@ constexpr int kPackedMinBlocks = 2;
 constexpr int kPackedMinBlocks = 4;
 #endif
 
-// kOcc (candidate, LTX_KERNELS_ROPE_OCC=1, the pair-table forward on 16-byte units of a
-// half dtype only): registers capped for 6 blocks of 256 per SM (sm_90: 60 -> 40, no spills)
-// instead of 4. Why: inductor's kernel for LTX's q/k pair rotation (benchmarks/inductor_code.py,
-// H100 2026-12-05) runs 128-thread programs of 8 elements per thread at 40 registers, 12 per
-// SM (1536 threads, 96 KB in flight per SM against our 64 KB), and reads 4% faster than ours
-// (124.3 vs 128.2 µs, faster than a copy of the same bytes). sm_75 holds 1024 threads per SM: 4;
-// sm_120's ptxas spills at 40 registers: 5 there.
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
-constexpr int kOccMinBlocks = 4;
-#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1200
-constexpr int kOccMinBlocks = 5;
-#else
-constexpr int kOccMinBlocks = 6;
-#endif
-
 // kPair (interleaved only): pair tables [B, S, D/2], value i for channels 2i and 2i+1, so a
 // unit of kUnit channels reads kUnit/2 table values (half the table bytes).
 template <typename Tx, typename Tc, int U, bool kInterleaved, bool kInverse, bool kPacked = false,
-          bool kPair = false, bool kOcc = false>
-__global__ void __launch_bounds__(kBlock, kOcc ? kOccMinBlocks : kPacked ? kPackedMinBlocks : kMinBlocks)
+          bool kPair = false>
+__global__ void __launch_bounds__(kBlock, kPacked ? kPackedMinBlocks : kMinBlocks)
     rope_kernel(const RopeParams p) {
   static_assert(!kPacked || (U == 8 && std::is_same_v<Tx, Tc> && !std::is_same_v<Tx, float> &&
                              !kInterleaved && !kInverse),
                 "the packed form is the rotate-half forward on 16-byte vectors of one half dtype");
   static_assert(!kPair || kInterleaved, "pair tables are an interleaved-layout form");
-  static_assert(!kOcc || (kPair && !kInverse && U == 8), "kOcc: the pair-table forward candidate");
   constexpr int kUnit = (kInterleaved && U < 2) ? 2 : U;  // a unit holds whole pairs
   constexpr int kTabUnit = kPair ? kUnit / 2 : kUnit;     // table values per unit
   constexpr int CX = chunk_of<Tx, U>();
@@ -437,11 +428,7 @@ void rope_rotate_launch(const at::Tensor& out0, const at::Tensor& in0, const at:
   const int unit = interleaved ? std::max(u, 2) : u;
   p.rot_items = static_cast<int>((interleaved ? dim : rdim / 2) / unit);
   p.pass_items = interleaved ? 0 : static_cast<int>((dim - rdim) / unit);
-  // Candidate (LTX_KERNELS_ROPE_LANES=256, read per call): up to a lane per unit of a row of
-  // 256 units (one 16-byte unit per thread at LTX's D = 2048, a token per block, as
-  // inductor's programs are one pass) instead of two units per lane in turn.
-  const int max_lanes = ab_switch("LTX_KERNELS_ROPE_LANES") == "256" ? kBlock : kMaxLanes;
-  p.lanes = std::min(max_lanes, pow2_ceil(std::max({p.rot_items, p.pass_items, 1})));
+  p.lanes = std::min(kMaxLanes, pow2_ceil(std::max({p.rot_items, p.pass_items, 1})));
   p.slots = std::min(pow2_floor(heads), std::max(1, kGroupTarget / p.lanes));
   // Calls of few tokens (decoding, short prompts) get as many slots as take every pair of
   // heads in one pass, while the grid stays within 2 blocks per SM (every rope_kernel
@@ -483,7 +470,6 @@ void rope_rotate_launch(const at::Tensor& out0, const at::Tensor& in0, const at:
   const int64_t step = static_cast<int64_t>(grid) * per_block;
   // Programmatic dependent launch on sm_90+ (common/pdl.cuh).
   const bool pdl = pdl_requested(device);
-  const bool occ = ab_switch("LTX_KERNELS_ROPE_OCC") == "1";  // candidate: see kOcc
   p.step_s = step / batch;
   p.step_b = step % batch;
 
@@ -499,14 +485,6 @@ void rope_rotate_launch(const at::Tensor& out0, const at::Tensor& in0, const at:
               constexpr bool kInv = decltype(inv)::value;
               if (interleaved) {
                 if constexpr (std::is_same_v<Tc, float>) {
-                  if constexpr (!kInv && U == 8 && !std::is_same_v<Tx, float>) {
-                    if (pair && occ) {
-                      launch_pdl(rope_kernel<Tx, Tc, U, true, false, false, true, true>, grid, kBlock,
-                                 stream, pdl, p);
-                      C10_CUDA_KERNEL_LAUNCH_CHECK();
-                      return;
-                    }
-                  }
                   if (pair) {
                     launch_pdl(rope_kernel<Tx, Tc, U, true, kInv, false, true>, grid, kBlock, stream, pdl, p);
                   } else {

@@ -400,9 +400,6 @@ DIRECT_CHOICES = {
     "c2_late": {"LTX_KERNELS_ADALN_C": "2", "LTX_KERNELS_ADALN_MOD": "late"},
     "c4": {"LTX_KERNELS_ADALN_C": "4"},
     "c4_early": {"LTX_KERNELS_ADALN_C": "4", "LTX_KERNELS_ADALN_MOD": "early"},
-    # one vector per thread (a candidate: rows of at most 256 vectors, D <= 2048 in bf16)
-    "c1": {"LTX_KERNELS_ADALN_C": "1"},
-    "c1_late": {"LTX_KERNELS_ADALN_C": "1", "LTX_KERNELS_ADALN_MOD": "late"},
     # at most 64 blocks per SM walking the rows grid-stride (the default is a block per row
     # group: common/dispatch.cuh grid_cap)
     "grid_walk": {"LTX_KERNELS_GRID": "walk"},

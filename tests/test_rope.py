@@ -719,38 +719,6 @@ def test_ltx_real_shape():
 
 
 @requires_gpu
-@pytest.mark.parametrize("env", [{"LTX_KERNELS_ROPE_OCC": "1"}, {"LTX_KERNELS_ROPE_LANES": "256"},
-                                 {"LTX_KERNELS_ROPE_OCC": "1", "LTX_KERNELS_ROPE_LANES": "256"}],
-                         ids=["rope_occ", "rope_lanes256", "rope_occ_lanes256"])
-def test_pair_table_candidates(monkeypatch, env):
-    """The interleaved candidates (LTX_KERNELS_ROPE_OCC=1: the pair-table forward with
-    registers capped for 6 blocks per SM; LTX_KERNELS_ROPE_LANES=256: a lane per unit of rows
-    up to 256 units): LTX's q/k call with pair tables ([2, 8064, 2048], bf16 and fp16, CFG
-    stride-0 tables) equal to the default kernel and eager, and every width / table form of
-    test_interleaved_pair_tables_equal_full_tables."""
-    c, sn, cf, sf = pair_tables((1, 8064, 1024), "cuda")
-    c, sn = c.expand(2, -1, -1), sn.expand(2, -1, -1)
-    cf, sf = cf.expand(2, -1, -1), sf.expand(2, -1, -1)
-    for dtype in (torch.bfloat16, torch.float16):
-        q = torch.randn(2, 8064, 2048, device="cuda", dtype=dtype)
-        k = torch.randn_like(q)
-        want = kernel.rope_interleaved_qk(q, k, c, sn)
-        for name, value in env.items():
-            monkeypatch.setenv(name, value)
-        got = kernel.rope_interleaved_qk(q, k, c, sn)
-        for name in env:
-            monkeypatch.delenv(name)
-        assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
-        assert torch.equal(got[0], diffusers_ltx_apply(q, cf, sf))
-        assert torch.equal(got[1], diffusers_ltx_apply(k, cf, sf))
-    for name, value in env.items():
-        monkeypatch.setenv(name, value)
-    for dtype, d, tables in itertools.product(DTYPES, [2, 6, 10, 64, 128, 2048],
-                                              ["SD", "BSD", "B1D", "expanded", "offset1", "strided"]):
-        test_interleaved_pair_tables_equal_full_tables("cuda", dtype, d, tables)
-
-
-@requires_gpu
 @pytest.mark.parametrize("table_dtype", [torch.bfloat16, torch.float32])
 def test_llama_real_shape(table_dtype):
     cos, sin = llama_tables(128, 1, 8192, table_dtype, "cuda")
