@@ -44,7 +44,9 @@ at most 32 (RoPE) / 64 blocks per SM walking the rest instead of a block per tok
 group (`--op rope`, `--op gated`, `--op rmsnorm`, `--op adaln`); LTX_KERNELS_ROPE_SLOTS=0
 keeps RoPE calls of many tokens on the power-of-two head split instead of the slot count
 that fills every pass of head pairs (Llama's 32 + 8 heads: 8 slots instead of 4; `--op rope`,
-`--op rope_small`).
+`--op rope_small`); LTX_KERNELS_ROPE_FOLD=1 (a candidate) folds a batch that shares its
+tables into heads of one position, LTX_KERNELS_ROPE_ORDER=batch (a candidate) walks tokens
+batch-major instead of position-major (`--op rope`).
 Decided candidates leave their switch behind or are dropped (2026-12-05: adaln_direct_kernel,
 the early weight, the GELU table, the packed rotate-half form, then PDL, decode C = 2, the
 compact GELU table and per-token AdaLN C = 2, then the short-row rmsnorm kernel and RoPE's
@@ -114,6 +116,8 @@ VARIANTS = {
         "ours (no PDL)": {"LTX_KERNELS_PDL": "0"},
         "ours (blocks walk tokens)": {"LTX_KERNELS_GRID": "walk"},
         "ours (power-of-two slots)": {"LTX_KERNELS_ROPE_SLOTS": "0"},
+        "ours (batch folded into heads)": {"LTX_KERNELS_ROPE_FOLD": "1"},
+        "ours (batch-major tokens)": {"LTX_KERNELS_ROPE_ORDER": "batch"},
     },
     "rope_small": {
         "ours": {},

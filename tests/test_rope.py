@@ -719,6 +719,52 @@ def test_ltx_real_shape():
 
 
 @requires_gpu
+@pytest.mark.parametrize("env", [{"LTX_KERNELS_ROPE_FOLD": "1"}, {"LTX_KERNELS_ROPE_ORDER": "batch"},
+                                 {"LTX_KERNELS_ROPE_FOLD": "1", "LTX_KERNELS_ROPE_ORDER": "batch"}],
+                         ids=["rope_fold", "rope_batch_major", "rope_fold_batch_major"])
+def test_walk_candidates(monkeypatch, env):
+    """The token-walk candidates (LTX_KERNELS_ROPE_FOLD=1: a batch sharing its tables folded
+    into heads; LTX_KERNELS_ROPE_ORDER=batch: tokens batch-major): LTX's q/k call with pair
+    and full tables at [2, 8064, 2048] (CFG stride-0 tables) equal to the default kernel and
+    eager, then the table-form, layout and backward tests of both layouts under them."""
+    from . import test_rope_backward  # imports this module: not at the top
+
+    c, sn, cf, sf = pair_tables((1, 8064, 1024), "cuda")
+    c, sn = c.expand(2, -1, -1), sn.expand(2, -1, -1)
+    cf, sf = cf.expand(2, -1, -1), sf.expand(2, -1, -1)
+    for dtype in (torch.bfloat16, torch.float16):
+        q = torch.randn(2, 8064, 2048, device="cuda", dtype=dtype)
+        k = torch.randn_like(q)
+        want = kernel.rope_interleaved_qk(q, k, c, sn)
+        want_full = kernel.rope_interleaved_qk(q, k, cf, sf)
+        for name, value in env.items():
+            monkeypatch.setenv(name, value)
+        got = kernel.rope_interleaved_qk(q, k, c, sn)
+        got_full = kernel.rope_interleaved_qk(q, k, cf, sf)
+        got_one = kernel.rope_interleaved(q, c, sn)
+        for name in env:
+            monkeypatch.delenv(name)
+        for g, w in zip(got + got_full + (got_one,), want + want_full + want[:1]):
+            assert torch.equal(g, w)
+        assert torch.equal(got[0], diffusers_ltx_apply(q, cf, sf))
+        assert torch.equal(got[1], diffusers_ltx_apply(k, cf, sf))
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    for dtype, d, tables in itertools.product(DTYPES, [2, 6, 10, 64, 128, 2048],
+                                              ["SD", "BSD", "B1D", "expanded", "offset1", "strided"]):
+        test_interleaved_pair_tables_equal_full_tables("cuda", dtype, d, tables)
+    test_interleaved_table_broadcasts("cuda")
+    test_interleaved_layouts("cuda")
+    test_interleaved_in_place("cuda", torch.bfloat16)
+    for dtype, u in itertools.product(DTYPES, [1, 2]):
+        test_rotate_half_shared_and_expanded_tables("cuda", dtype)
+        test_rotate_half_layouts("cuda", u)
+    test_rope_backward.test_interleaved_grads_vs_diffusers("cuda", torch.bfloat16)
+    test_rope_backward.test_grad_layouts_interleaved("cuda")
+    test_rope_backward.test_rotate_half_grads_vs_transformers("cuda", torch.bfloat16, 2, "llama")
+
+
+@requires_gpu
 @pytest.mark.parametrize("table_dtype", [torch.bfloat16, torch.float32])
 def test_llama_real_shape(table_dtype):
     cos, sin = llama_tables(128, 1, 8192, table_dtype, "cuda")
