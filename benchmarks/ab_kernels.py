@@ -44,9 +44,8 @@ at most 32 (RoPE) / 64 blocks per SM walking the rest instead of a block per tok
 group (`--op rope`, `--op gated`, `--op rmsnorm`, `--op adaln`); LTX_KERNELS_ROPE_SLOTS=0
 keeps RoPE calls of many tokens on the power-of-two head split instead of the slot count
 that fills every pass of head pairs (Llama's 32 + 8 heads: 8 slots instead of 4; `--op rope`,
-`--op rope_small`); LTX_KERNELS_ROPE_FOLD=1 (a candidate) folds a batch that shares its
-tables into heads of one position, LTX_KERNELS_ROPE_ORDER=batch (a candidate) walks tokens
-batch-major instead of position-major (`--op rope`).
+`--op rope_small`); LTX_KERNELS_ROPE_ORDER=position walks RoPE's tokens position-major instead
+of batch-major (`--op rope`).
 Decided candidates leave their switch behind or are dropped (2026-12-05: adaln_direct_kernel,
 the early weight, the GELU table, the packed rotate-half form, then PDL, decode C = 2, the
 compact GELU table and per-token AdaLN C = 2, then the short-row rmsnorm kernel and RoPE's
@@ -56,7 +55,9 @@ one vector per thread and RoPE with 4 heads per pass, all slower on an H100; the
 block-per-row grid of 128 threads and packed product became defaults and the re-read rmsnorm
 kernel was dropped, H100; then the block per row / token group of RoPE and the row
 kernels and the fitted RoPE slots, H100; then RoPE's lane per unit became the default and
-the 6-blocks-per-SM pair-table RoPE and AdaLN C = 1 were dropped, H100); rmsnorm_small
+the 6-blocks-per-SM pair-table RoPE and AdaLN C = 1 were dropped, H100; then RoPE's
+batch-major token walk became the default and the batch folded into heads was dropped,
+H100); rmsnorm_small
 still times the decode shapes against the peers.
 Every variant's output is checked against the eager reference
 before it is timed (a variant that disagrees is reported and not timed). A copy of the
@@ -116,8 +117,7 @@ VARIANTS = {
         "ours (no PDL)": {"LTX_KERNELS_PDL": "0"},
         "ours (blocks walk tokens)": {"LTX_KERNELS_GRID": "walk"},
         "ours (power-of-two slots)": {"LTX_KERNELS_ROPE_SLOTS": "0"},
-        "ours (batch folded into heads)": {"LTX_KERNELS_ROPE_FOLD": "1"},
-        "ours (batch-major tokens)": {"LTX_KERNELS_ROPE_ORDER": "batch"},
+        "ours (position-major tokens)": {"LTX_KERNELS_ROPE_ORDER": "position"},
     },
     "rope_small": {
         "ours": {},

@@ -5,8 +5,8 @@
 // tables take two 16-byte accesses per unit of 8). Each lane loads the cos/sin units it owns once
 // per token (interleaved pair tables: half a unit) and applies them to every head of both tensors,
 // the heads being spread over the slots; so the tables are read from memory once per token whatever
-// the number of heads. Tokens are visited position-major (s outer, b inner): with a stride-0 batch
-// of tables neighbouring groups read the same table row, which L1/L2 serve. All offsets are int64,
+// the number of heads. The kernel visits tokens (s outer, b inner); the launcher passes the batch
+// as the outer index (batch-major: see rope_rotate_launch for why). All offsets are int64,
 // the token loop is grid-stride, products and sums use __fmul_rn/__fadd_rn (never fused to FMA),
 // exactly as eager PyTorch evaluates them. kInverse applies the transposed rotation
 // (the backward, rope_backward.h): dx_a = g_a c_a + g_b s_b, dx_b = g_b c_b - g_a s_a,
@@ -53,9 +53,11 @@ struct RopeParams {
   const void* cos;
   const void* sin;
   int64_t cos_b, cos_s, sin_b, sin_s;
+  // The token walk, s outer and b inner: batch / seq hold the inner / outer sizes (and the
+  // *_b / *_s strides go with them), which the launcher sets to positions / batch entries.
   int64_t batch;
   int64_t seq;
-  int64_t step_s, step_b;  // the grid's token step, as (positions, batch entries)
+  int64_t step_s, step_b;  // the grid's token step, as (outer, inner) index steps
   uint32_t batch32;        // batch clamped to 2^32-1 (beyond, every first token has s = 0)
   int half;        // rotate-half: R / 2
   int rot_items;   // units of rotation work per row
@@ -391,10 +393,9 @@ void rope_rotate_launch(const at::Tensor& out0, const at::Tensor& in0, const at:
                         const at::Tensor& in1, const at::Tensor& cos, const at::Tensor& sin,
                         RopeLayout layout, bool inverse) {
   using namespace ltx::cuda;
-  int64_t batch = in0.size(0);  // the folding candidate below sets 1
-  const int64_t seq = in0.size(1), dim = in0.size(3);
-  int64_t tokens = batch * seq;
-  int64_t heads = in0.size(2) + (in1.defined() ? in1.size(2) : 0);
+  const int64_t batch = in0.size(0), seq = in0.size(1), dim = in0.size(3);
+  const int64_t tokens = batch * seq;
+  const int64_t heads = in0.size(2) + (in1.defined() ? in1.size(2) : 0);
   if (tokens == 0 || dim == 0 || heads == 0) return;
   TORCH_CHECK(dim <= INT32_MAX / 2 && heads <= INT32_MAX, "ltx_kernels.rope: row too large");
   const c10::cuda::CUDAGuard guard(in0.device());
@@ -416,31 +417,18 @@ void rope_rotate_launch(const at::Tensor& out0, const at::Tensor& in0, const at:
   p.cos_b = stride_of(cos, 0), p.cos_s = stride_of(cos, 1);
   p.sin_b = stride_of(sin, 0), p.sin_s = stride_of(sin, 1);
   if (rdim == 0) p.cos = p.sin = in0.const_data_ptr();  // nothing to rotate; keep them aligned
-  // Candidates (read per call: A/B switches), each the same rows walked another way.
-  // LTX_KERNELS_ROPE_FOLD=1: where the batch shares the tables (stride 0) and each tensor has
-  // one head (LTX's [B, S, D]), the batch entries become the heads of one position, so one
-  // thread loads a table unit once for all of them (by default neighbouring blocks read it,
-  // the second from L2). LTX_KERNELS_ROPE_ORDER=batch: tokens batch-major (b outer) instead
-  // of position-major: half the concurrent DRAM streams (q, k and their outputs of one batch
-  // entry, not two), each batch entry reading the tables itself. Why: inductor's q/k pair
-  // rotation (batch-major, tables read per batch entry) is 3% ahead of ours on the H100
-  // (124.96 vs 128.93 µs) though ours should read 66 MB less.
-  if (batch > 1 && batch <= INT32_MAX / 2 && p.cos_b == 0 && p.sin_b == 0 && in0.size(2) == 1 &&
-      (!in1.defined() || in1.size(2) == 1) && ab_switch("LTX_KERNELS_ROPE_FOLD") == "1") {
-    for (RopeSide& sd : p.side) {
-      if (sd.heads == 0) continue;
-      sd.heads = static_cast<int>(batch);
-      sd.in_h = sd.in_b, sd.out_h = sd.out_b;
-      sd.in_b = sd.out_b = 0;
-    }
-    heads = batch * (in1.defined() ? 2 : 1);
-    tokens = seq;
-    batch = 1;
-  }
   p.batch = batch;
   p.seq = seq;
-  if (batch > 1 && ab_switch("LTX_KERNELS_ROPE_ORDER") == "batch") {
-    // The kernel's outer index (named s) then walks the batch, its inner one (b) positions.
+  // Tokens batch-major: the kernel walks (s outer, b inner) as named, so batch and positions
+  // trade places (sizes and strides). Fewer DRAM streams at a time (q, k and their outputs
+  // of one batch entry, not all of them), though a batch sharing its tables (stride 0) then
+  // reads them once per entry instead of neighbouring blocks sharing them through L2. H100
+  // bf16, 2026-12-05 22:34 (RESULTS.md, ab_kernels.py): rope_ltx [2, 8064, 2048] 129.38 ->
+  // 128.96 µs, LTX's q/k pair-table call 129.06 -> 128.35 (compile 128.19 / 126.11). Folding
+  // such a batch into heads, so one thread loads each table unit for every entry, changed
+  // nothing (129.38 / 129.02): the L2 already served the second read.
+  // LTX_KERNELS_ROPE_ORDER=position (read per call: an A/B switch) keeps position-major.
+  if (batch > 1 && ab_switch("LTX_KERNELS_ROPE_ORDER") != "position") {
     std::swap(p.batch, p.seq);
     std::swap(p.cos_b, p.cos_s), std::swap(p.sin_b, p.sin_s);
     for (RopeSide& sd : p.side) std::swap(sd.in_b, sd.in_s), std::swap(sd.out_b, sd.out_s);

@@ -719,16 +719,14 @@ def test_ltx_real_shape():
 
 
 @requires_gpu
-@pytest.mark.parametrize("env", [{"LTX_KERNELS_ROPE_FOLD": "1"}, {"LTX_KERNELS_ROPE_ORDER": "batch"},
-                                 {"LTX_KERNELS_ROPE_FOLD": "1", "LTX_KERNELS_ROPE_ORDER": "batch"}],
-                         ids=["rope_fold", "rope_batch_major", "rope_fold_batch_major"])
-def test_walk_candidates(monkeypatch, env):
-    """The token-walk candidates (LTX_KERNELS_ROPE_FOLD=1: a batch sharing its tables folded
-    into heads; LTX_KERNELS_ROPE_ORDER=batch: tokens batch-major): LTX's q/k call with pair
-    and full tables at [2, 8064, 2048] (CFG stride-0 tables) equal to the default kernel and
-    eager, then the table-form, layout and backward tests of both layouts under them."""
+def test_position_major_walk(monkeypatch):
+    """LTX_KERNELS_ROPE_ORDER=position (tokens position-major, the walk before batch-major
+    became the default): LTX's q/k call with pair and full tables at [2, 8064, 2048] (CFG
+    stride-0 tables) equal to the default walk and eager, then the table-form, layout and
+    backward tests of both layouts under it."""
     from . import test_rope_backward  # imports this module: not at the top
 
+    env = {"LTX_KERNELS_ROPE_ORDER": "position"}
     c, sn, cf, sf = pair_tables((1, 8064, 1024), "cuda")
     c, sn = c.expand(2, -1, -1), sn.expand(2, -1, -1)
     cf, sf = cf.expand(2, -1, -1), sf.expand(2, -1, -1)
