@@ -13,8 +13,8 @@
 // always in fp32 with one rounding.
 #include <algorithm>
 #include <numeric>
-#include <utility>
 #include <type_traits>
+#include <utility>
 
 #include "../torch-ext/ops/rope_backward.h"
 #include "../torch-ext/torch_binding.h"
