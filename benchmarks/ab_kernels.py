@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """A/B timing of our kernel variants for one op against its peers, in one process.
 
-    python benchmarks/ab_kernels.py [--op rmsnorm|rmsnorm_small|adaln|act|rope|rope_small] [--rounds 3]
+    python benchmarks/ab_kernels.py [--op rmsnorm|rmsnorm_small|adaln|gated|act|rope|rope_small|qk] [--rounds 3]
         [--methods clean,zero,graph]
 
 Why: single bench_ops.py runs on the device moved peers by up to 2x between calls
@@ -45,7 +45,8 @@ group (`--op rope`, `--op gated`, `--op rmsnorm`, `--op adaln`); LTX_KERNELS_ROP
 keeps RoPE calls of many tokens on the power-of-two head split instead of the slot count
 that fills every pass of head pairs (Llama's 32 + 8 heads: 8 slots instead of 4; `--op rope`,
 `--op rope_small`); LTX_KERNELS_ROPE_ORDER=position walks RoPE's tokens position-major instead
-of batch-major (`--op rope`).
+of batch-major (`--op rope`); LTX_KERNELS_QK_ORDER=batch (a candidate) walks the q/k
+prologue's rows batch-major instead of position-major (`--op qk`).
 Decided candidates leave their switch behind or are dropped (2026-12-05: adaln_direct_kernel,
 the early weight, the GELU table, the packed rotate-half form, then PDL, decode C = 2, the
 compact GELU table and per-token AdaLN C = 2, then the short-row rmsnorm kernel and RoPE's
@@ -76,7 +77,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_ops import (Timer, cold_l2_us, import_liger, load_kernel, ref_adaln_layer,  # noqa: E402
                        ref_adaln_rms, ref_geglu_tanh, ref_rms_diffusers, ref_rms_llama, ref_rope_llama,
-                       ref_gated_residual, ref_rope_ltx, ref_rope_ltx_qk_pair)
+                       ref_gated_residual, ref_qk_prologue, ref_rope_ltx, ref_rope_ltx_qk_pair)
 
 # Our variants per op: the environment each is called under.
 VARIANTS = {
@@ -118,6 +119,10 @@ VARIANTS = {
         "ours (blocks walk tokens)": {"LTX_KERNELS_GRID": "walk"},
         "ours (power-of-two slots)": {"LTX_KERNELS_ROPE_SLOTS": "0"},
         "ours (position-major tokens)": {"LTX_KERNELS_ROPE_ORDER": "position"},
+    },
+    "qk": {
+        "ours": {},
+        "ours (batch-major rows)": {"LTX_KERNELS_QK_ORDER": "batch"},
     },
     "rope_small": {
         "ours": {},
@@ -311,6 +316,28 @@ def rope_ltx_cases(k, dev, g):
     ]
 
 
+def qk_cases(k, dev, g):
+    """LTX-Video's attention prologue (rmsnorm_rope_qk: weighted RMSNorm of q and k, then the
+    interleaved rotation) on [2, 8064, 2048] bf16, with fp32 tables shared by the CFG batch
+    (stride 0): pair tables [B, S, D/2] and full ones [B, S, D] (bench_ops' qk_prologue)."""
+    shape = (2, 8064, 2048)
+    q = torch.randn(shape, device=dev, generator=g).to(torch.bfloat16)
+    kk = torch.randn(shape, device=dev, generator=g).to(torch.bfloat16)
+    qw, kw = ((1 + 0.1 * torch.randn(2048, device=dev, generator=g)).to(torch.bfloat16) for _ in range(2))
+    cases = []
+    for name, d in [("pair tables", 1024), ("full tables", 2048)]:
+        c, s = (torch.randn(1, 8064, d, device=dev, generator=g).expand(2, -1, -1) for _ in range(2))
+        if d == 1024:
+            ref = (lambda q, k, qw, kw, c, s:
+                   ref_qk_prologue(q, k, qw, kw, c.repeat_interleave(2, -1), s.repeat_interleave(2, -1)))
+        else:
+            ref = ref_qk_prologue
+        cases.append(Case(f"qk_prologue q,k 2x8064x2048 {name}",
+                          (lambda c, s: lambda: k.rmsnorm_rope_qk(q, kk, qw, kw, c, s, 1e-6))(c, s),
+                          ref, (q, kk, qw, kw, c, s), 2 * nbytes(q, kk) + nbytes(qw, kw, c[:1], s[:1])))
+    return cases
+
+
 def rope_cases(k, dev, g, liger_rope):
     return [rope_case(k, dev, g, liger_rope, 1, hq, hk, seq, dh)
             for hq, hk, seq, dh in [(32, 8, 8192, 128), (32, 8, 2048, 128), (32, 32, 4096, 64)]
@@ -374,6 +401,8 @@ def main(argv=None):
         cases = act_cases(k, dev, g, liger.get("geglu"))
     elif args.op == "gated":
         cases = gated_cases(k, dev, g)
+    elif args.op == "qk":
+        cases = qk_cases(k, dev, g)
     elif args.op == "rope_small":
         cases = rope_small_cases(k, dev, g, liger.get("rope"))
     else:
