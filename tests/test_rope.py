@@ -726,7 +726,6 @@ def test_position_major_walk(monkeypatch):
     backward tests of both layouts under it."""
     from . import test_rope_backward  # imports this module: not at the top
 
-    env = {"LTX_KERNELS_ROPE_ORDER": "position"}
     c, sn, cf, sf = pair_tables((1, 8064, 1024), "cuda")
     c, sn = c.expand(2, -1, -1), sn.expand(2, -1, -1)
     cf, sf = cf.expand(2, -1, -1), sf.expand(2, -1, -1)
@@ -735,19 +734,16 @@ def test_position_major_walk(monkeypatch):
         k = torch.randn_like(q)
         want = kernel.rope_interleaved_qk(q, k, c, sn)
         want_full = kernel.rope_interleaved_qk(q, k, cf, sf)
-        for name, value in env.items():
-            monkeypatch.setenv(name, value)
+        monkeypatch.setenv("LTX_KERNELS_ROPE_ORDER", "position")
         got = kernel.rope_interleaved_qk(q, k, c, sn)
         got_full = kernel.rope_interleaved_qk(q, k, cf, sf)
         got_one = kernel.rope_interleaved(q, c, sn)
-        for name in env:
-            monkeypatch.delenv(name)
+        monkeypatch.delenv("LTX_KERNELS_ROPE_ORDER")
         for g, w in zip(got + got_full + (got_one,), want + want_full + want[:1]):
             assert torch.equal(g, w)
         assert torch.equal(got[0], diffusers_ltx_apply(q, cf, sf))
         assert torch.equal(got[1], diffusers_ltx_apply(k, cf, sf))
-    for name, value in env.items():
-        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("LTX_KERNELS_ROPE_ORDER", "position")
     for dtype, d, tables in itertools.product(DTYPES, [2, 6, 10, 64, 128, 2048],
                                               ["SD", "BSD", "B1D", "expanded", "offset1", "strided"]):
         test_interleaved_pair_tables_equal_full_tables("cuda", dtype, d, tables)
