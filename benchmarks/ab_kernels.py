@@ -45,8 +45,8 @@ group (`--op rope`, `--op gated`, `--op rmsnorm`, `--op adaln`); LTX_KERNELS_ROP
 keeps RoPE calls of many tokens on the power-of-two head split instead of the slot count
 that fills every pass of head pairs (Llama's 32 + 8 heads: 8 slots instead of 4; `--op rope`,
 `--op rope_small`); LTX_KERNELS_ROPE_ORDER=position walks RoPE's tokens position-major instead
-of batch-major (`--op rope`); LTX_KERNELS_QK_ORDER=batch (a candidate) walks the q/k
-prologue's rows batch-major instead of position-major (`--op qk`).
+of batch-major (`--op rope`); `--op qk` times LTX's q/k prologue (its rows stay
+position-major: batch-major lost 9-17% on the H100, 2026-12-06).
 Decided candidates leave their switch behind or are dropped (2026-12-05: adaln_direct_kernel,
 the early weight, the GELU table, the packed rotate-half form, then PDL, decode C = 2, the
 compact GELU table and per-token AdaLN C = 2, then the short-row rmsnorm kernel and RoPE's
@@ -122,7 +122,7 @@ VARIANTS = {
     },
     "qk": {
         "ours": {},
-        "ours (batch-major rows)": {"LTX_KERNELS_QK_ORDER": "batch"},
+        "ours (blocks walk tokens)": {"LTX_KERNELS_GRID": "walk"},
     },
     "rope_small": {
         "ours": {},

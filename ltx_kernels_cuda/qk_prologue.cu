@@ -40,7 +40,6 @@ struct QkParams {
   const float* sin;
   int64_t cos_b, cos_s, sin_b, sin_s;
   int64_t seq, batch;
-  bool batch_major;  // candidate: rows in storage order (see the launcher)
   int cols;
   int tpr;
   float eps;
@@ -133,8 +132,10 @@ __global__ void rmsnorm_rope_qk_kernel(QkParams p) {
   for (int64_t base = static_cast<int64_t>(blockIdx.x) * groups; base < p.tokens;
        base += static_cast<int64_t>(gridDim.x) * groups) {
     const int64_t i = base + rg.group;
-    // Position-major with tables: token i is (s = i / batch, b = i % batch).
-    const int64_t row = rope && !p.batch_major ? (i % p.batch) * p.seq + i / p.batch : i;
+    // Position-major with tables: token i is (s = i / batch, b = i % batch). Unlike RoPE's
+    // tokens, the prologue's rows lose batch-major (H100, 2026-12-06: LTX's [2, 8064, 2048]
+    // 140.8 -> 153.4 µs with a stride-0 pair of tables, 155.6 -> 181.8 µs with full tables).
+    const int64_t row = rope ? (i % p.batch) * p.seq + i / p.batch : i;
     const T* xr[2];
     T* orow[2];
     bool live[2];
@@ -242,11 +243,6 @@ void rmsnorm_rope_qk_launch(const at::Tensor& q_out2d, const at::Tensor& q2d,
   p.eps = static_cast<float>(eps);
   p.seq = std::max<int64_t>(seq, 1);
   p.batch = std::max<int64_t>(p.tokens / p.seq, 1);
-  // Candidate (LTX_KERNELS_QK_ORDER=batch, read per call: an A/B switch): rows batch-major
-  // (storage order) with tables too, as RoPE walks its tokens since 2026-12-05 22:34 (H100:
-  // 0.3-0.55% faster on LTX's [2, 8064, 2048] q/k call though a stride-0 batch of tables is
-  // then read once per entry; fewer DRAM streams at a time).
-  p.batch_major = ab_switch("LTX_KERNELS_QK_ORDER") == "batch";
   const bool rope = cos.defined();
   if (rope) {
     p.cos = cos.const_data_ptr<float>();
