@@ -177,6 +177,9 @@ class Case:
     # (norm * (1 + scale) + shift near 0) and the ulp distance of the tiny result is unbounded
     ours_max_ulp: int | None = 2
     tables: str = ""  # what the byte model counts beyond x and out
+    # our other modes of the same call (e.g. in place, as a peer that works in place), timed and
+    # checked like ours but never counted as a peer: -> list[Impl] named "ours (...)"
+    ours_extra: Callable[[Any, dict], list] | None = None
 
 
 def _g(seed):
@@ -477,10 +480,17 @@ def rope_llama_case(b, hq, hk, s, dh, dtype, device):
             out.append(absent("flashinfer", env.flashinfer_note))
         return out
 
+    def in_place(kernel, inp):  # like for like with Liger's in-place rotation
+        qi, ki = inp["q"].clone(), inp["k"].clone()  # clone keeps the [B,S,H,D] strides
+        cos, sin = inp["cos"], inp["sin"]
+        return [Impl("ours (in place)", lambda: kernel.rope_rotate_half(qi, ki, cos, sin, inplace=True), "in place",
+                     check_fn=lambda: kernel.rope_rotate_half(inp["q"].clone(), inp["k"].clone(), cos, sin,
+                                                              inplace=True))]
+
     return Case("rope_llama", f"q{fmt_shape((b, hq, s, dh))},k{hk}", dtype, inputs, ("q", "k", "cos", "sin"),
                 lambda k, i: k.rope_rotate_half(i["q"], i["k"], i["cos"], i["sin"]),
                 ref_rope_llama, ("q", "k", "cos", "sin"), peers=peers,
-                tables="cos+sin [B,S,Dh] in q's dtype, counted once")
+                tables="cos+sin [B,S,Dh] in q's dtype, counted once", ours_extra=in_place)
 
 
 # --- adaln / gated residual ----------------------------------------------------------
@@ -815,7 +825,8 @@ def summarize(rows, total, ceiling, empty_us, device):
     """One case's summary: ours (rows[0]) vs the best peer that passed its check, and the
     issue's targets. Shared with benchmarks/median_runs.py (medians of several runs)."""
     ours = rows[0]
-    peers_ok = [r for r in rows[1:] if r.get("status") == "ok" and "us" in r]
+    peers_ok = [r for r in rows[1:] if r.get("status") == "ok" and "us" in r
+                and not r["impl"].startswith("ours")]  # our other modes are not peers
     best = min(peers_ok, key=lambda r: r["us"]) if peers_ok else None
     summary = dict(op=ours["op"], shape=ours["shape"], dtype=ours["dtype"], bytes=total,
                    ours_status=ours.get("status"), ours_us=ours.get("us"), ours_gbps=ours.get("gbps"),
@@ -852,6 +863,8 @@ def run_case(case, env, timer, ceiling, empty_us, args):
     total = in_bytes + out_bytes
 
     impls = [Impl("ours", lambda: case.ours(env.kernel, inp))]
+    if case.ours_extra:  # smoke too: it checks the script
+        impls += case.ours_extra(env.kernel, inp)
     impls.append(Impl("eager", lambda: case.ref(*ref_args, **case.ref_kw)))
     if not args.smoke:
         if case.extra_eager:
@@ -882,7 +895,7 @@ def run_case(case, env, timer, ceiling, empty_us, args):
             row["ulp_vs_eager"] = u
             # fp32: eager's reduction order differs from ours by a few ulp; the float64 check
             # above is the criterion there.
-            if (ok and impl.name == "ours" and env.device == "cuda" and case.dtype != torch.float32
+            if (ok and impl.name.startswith("ours") and env.device == "cuda" and case.dtype != torch.float32
                     and case.ours_max_ulp is not None and (u is None or u > case.ours_max_ulp)):
                 ok, msg = False, f"{u} ulp from the eager reference (> {case.ours_max_ulp})"
             row["status"] = "ok" if ok else "mismatch"
