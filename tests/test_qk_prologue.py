@@ -266,8 +266,8 @@ def test_gpu_real_shape_and_tail():
         assert_matches_eager(ok, rk, f"k d={d}")
     d = 32768
     # Unit rotations (an angle per pair, as LTX's tables): the bound assumes |out pair| =
-    # |in pair|; random tables of |cos|, |sin| ~ 2 scaled a flipped rounding past it (H100,
-    # 2026-12-06: 1.59x the bound in fp16).
+    # |in pair|; random N(0, 1) tables (entries up to ~4) scaled a flipped rounding past it
+    # (H100, 2026-12-06: 1.59x the bound in fp16).
     angle = torch.randn(3, d // 2, device=dev).mul(10).repeat_interleave(2, dim=-1)
     cos, sin = angle.cos(), angle.sin()
     for dtype in DTYPES:
