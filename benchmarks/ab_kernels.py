@@ -77,7 +77,8 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_ops import (Timer, cold_l2_us, import_liger, load_kernel, ref_adaln_layer,  # noqa: E402
                        ref_adaln_rms, ref_geglu_tanh, ref_rms_diffusers, ref_rms_llama, ref_rope_llama,
-                       ref_gated_residual, ref_qk_prologue, ref_rope_ltx, ref_rope_ltx_qk_pair)
+                       ref_gated_residual, ref_qk_prologue, ref_qk_prologue_pair, ref_rope_ltx,
+                       ref_rope_ltx_qk_pair)
 
 # Our variants per op: the environment each is called under.
 VARIANTS = {
@@ -325,13 +326,8 @@ def qk_cases(k, dev, g):
     kk = torch.randn(shape, device=dev, generator=g).to(torch.bfloat16)
     qw, kw = ((1 + 0.1 * torch.randn(2048, device=dev, generator=g)).to(torch.bfloat16) for _ in range(2))
     cases = []
-    for name, d in [("pair tables", 1024), ("full tables", 2048)]:
+    for name, d, ref in [("pair tables", 1024, ref_qk_prologue_pair), ("full tables", 2048, ref_qk_prologue)]:
         c, s = (torch.randn(1, 8064, d, device=dev, generator=g).expand(2, -1, -1) for _ in range(2))
-        if d == 1024:
-            ref = (lambda q, k, qw, kw, c, s:
-                   ref_qk_prologue(q, k, qw, kw, c.repeat_interleave(2, -1), s.repeat_interleave(2, -1)))
-        else:
-            ref = ref_qk_prologue
         cases.append(Case(f"qk_prologue q,k 2x8064x2048 {name}",
                           (lambda c, s: lambda: k.rmsnorm_rope_qk(q, kk, qw, kw, c, s, 1e-6))(c, s),
                           ref, (q, kk, qw, kw, c, s), 2 * nbytes(q, kk) + nbytes(qw, kw, c[:1], s[:1])))

@@ -122,6 +122,11 @@ def ref_rope_ltx_qk_pair(q, k, cos, sin):
     return ref_rope_ltx_qk(q, k, cos.repeat_interleave(2, -1), sin.repeat_interleave(2, -1))
 
 
+def ref_qk_prologue_pair(q, k, qw, kw, cos, sin, eps=1e-6):
+    """ref_qk_prologue from pair tables [B, S, D/2] (as ref_rope_ltx_qk_pair)."""
+    return ref_qk_prologue(q, k, qw, kw, cos.repeat_interleave(2, -1), sin.repeat_interleave(2, -1), eps)
+
+
 def _rotate_half(x):
     h = x.shape[-1] // 2
     return torch.cat((-x[..., h:], x[..., :h]), dim=-1)
