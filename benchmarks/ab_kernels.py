@@ -25,7 +25,7 @@ Our variants are the same op called under the environment each op's VARIANTS nam
 launchers read these per call: LTX_KERNELS_RMS_KERNEL=row forces rms_norm_kernel;
 LTX_KERNELS_ADALN_KERNEL=row the AdaLN kernels other than adaln_direct_kernel;
 LTX_KERNELS_ADALN_C=2 / 4 forces adaln_direct_kernel's vectors per thread,
-LTX_KERNELS_ADALN_MOD=early / late when it loads scale / shift;
+LTX_KERNELS_ADALN_MOD=early / late / staged when and how it loads scale / shift;
 LTX_KERNELS_GELU_TABLE=0 computes GELU of 16-bit dtypes instead of reading a table,
 =full / =compact reads the full / compact one (defaults: bf16 compact, fp16 full; computed
 on GPUs of < 30 GB/s DRAM per SM, e.g. the H100),
@@ -97,6 +97,9 @@ VARIANTS = {
         "ours": {},
         "ours (row kernels)": {"LTX_KERNELS_ADALN_KERNEL": "row"},
         "ours (C=4)": {"LTX_KERNELS_ADALN_C": "4"},
+        "ours (modulation early)": {"LTX_KERNELS_ADALN_MOD": "early"},
+        "ours (modulation staged)": {"LTX_KERNELS_ADALN_MOD": "staged"},
+        "ours (C=4, modulation staged)": {"LTX_KERNELS_ADALN_C": "4", "LTX_KERNELS_ADALN_MOD": "staged"},
         "ours (blocks walk rows)": {"LTX_KERNELS_GRID": "walk"},
     },
     "gated": {

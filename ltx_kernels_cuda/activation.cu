@@ -589,9 +589,13 @@ void launch(ActParams p, int64_t rows, int64_t cols, int vec, const at::Tensor& 
   // µs (compile 256.0, Liger 255.5); [2, 4096, 16384]: 131.8 -> 131.0 (a block per row
   // group of 256 threads: 257.0 / 131.7). GELU keeps the walk (one long row when
   // contiguous, where the grid is one tile per block either way; strided rows not timed).
+  // Not on the H200 (where gelu_table_pays: DRAM fast enough per SM that the instructions
+  // set the time): there GEGLU keeps the walk, 2026-12-06 03:10 (RESULTS.md, bf16, medians
+  // of 3): [16128, 16384] -> 8192 rows128 193.31 µs, walk 189.07 (compile 186.83);
+  // [2, 4096, 16384] 100.54 -> 97.95 (compile 97.06).
   // LTX_KERNELS_ACT_GRID=walk | rows | rows128 (read per call, developer A/B) forces one.
   std::string_view grid_form = ab_switch("LTX_KERNELS_ACT_GRID");
-  if (grid_form.empty()) grid_form = kGated ? "rows128" : "walk";
+  if (grid_form.empty()) grid_form = kGated && !gelu_table_pays(device) ? "rows128" : "walk";
   const bool block_per_row = grid_form == "rows" || grid_form == "rows128";
   const int block = row_block(p, U, grid_form == "rows128" ? 128 : kBlock);
   const int64_t groups = block / p.tpr;

@@ -476,10 +476,12 @@ __global__ void LTX_STREAM_BOUNDS adaln_stream_kernel(AdaLnParams p, int64_t chu
 // row per thread loaded straight into registers, one row group per 256-thread block,
 // registers capped so several blocks share an SM (bytes in flight per SM are what count).
 // The modulation rows are read once per row: when they broadcast ([B, 1, D]) they are L2
-// hits. kEarly: scale and shift are loaded with x, before the reduction, so their bytes are
-// in flight during it (per-token modulation: they are half of what the call reads), at the
-// price of registers (sm_90: 90-106 against 56-64, so 2 blocks per SM instead of 4; capped
-// for 3 it spilled in bf16); else after it.
+// hits. Early (kModEarly): scale and shift are loaded with x, before the reduction, so their
+// bytes are in flight during it (per-token modulation: they are half of what the call
+// reads), at the price of registers (sm_90: 90-106 against 56-64, so 2 blocks per SM
+// instead of 4; capped for 3 it spilled in bf16); late: after it. Staged (kModStaged, the
+// default where it fits): queued with x into shared memory by cp.async, early at no
+// register cost (sm_90: 55-64 registers, 4 blocks per SM).
 // Rounding: the Plain form of adaln_launch (norm, 1 + scale, product and sum each rounded
 // to T once, like eager's ops), the product and the sum as packed pair ops (mul_rn /
 // add_rn in common/vec.cuh), as in adaln_stream_kernel. Rows: grid-stride
@@ -487,34 +489,49 @@ __global__ void LTX_STREAM_BOUNDS adaln_stream_kernel(AdaLnParams p, int64_t chu
 constexpr int kDirectBlock = 256;
 constexpr int kDirectCached = 4;
 
+// When and how the kernel reads scale / shift (kMod): after the reduction (late); with x's
+// loads, into registers (early); or with x's loads, into shared memory by cp.async (staged:
+// early, but the bytes in flight hold no registers; each thread reads back only its own
+// slots, so no barrier; common/async_copy.cuh). Template ints, not an enum (see rms_norm_kernel).
+constexpr int kModLate = 0, kModEarly = 1, kModStaged = 2;
+
 // Blocks of kDirectBlock threads per SM the register cap aims for. CUDA 13.0's ptxas
 // spills 8 bytes of the bf16 LayerNorm instantiation on sm_120 under the cap for 4.
 // C = 2 (per-token modulation, below) holds half the vectors, so 4 blocks fit even loading early.
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1200
-template <bool kEarly, int C>
-constexpr int kAdaDirectMinBlocks = C <= 2 ? 4 : kEarly ? 2 : 3;
+template <int kMod, int C>
+constexpr int kAdaDirectMinBlocks = C <= 2 ? 4 : kMod == kModEarly ? 2 : 3;
 #else
-template <bool kEarly, int C>
-constexpr int kAdaDirectMinBlocks = C <= 2 ? 4 : kEarly ? 2 : 4;
+template <int kMod, int C>
+constexpr int kAdaDirectMinBlocks = C <= 2 ? 4 : kMod == kModEarly ? 2 : 4;
 #endif
 
-// C: vectors of a row per thread: 2 for per-token modulation (loaded early) with rows of at
-// most 2 * kDirectBlock vectors, else 4. C = 2 loading early keeps 4 blocks per SM (the C = 4
-// early form fits 2) with 96 KB in flight per SM. H200, 2026-12-05 10:32 (RESULTS.md):
+// C: vectors of a row per thread: 4 when staged (the default where it fits, see
+// launch_adaln_direct); in the register forms 2 for per-token modulation (loaded early) with
+// rows of at most 2 * kDirectBlock vectors, else 4. C = 2 loading early keeps 4 blocks per SM
+// (the C = 4 early form fits 2) with 96 KB in flight per SM. H200, 2026-12-05 10:32 (RESULTS.md):
 // per-token [2, 8064, 2048] 63.57 -> 62.74 µs (C = 2 late 69.7); with the broadcast
 // modulation ([B, 1, D]) C = 2 lost 17-28% in either load order (37.7 -> 44.2 at 2x8064x2048),
 // so it stays 4 there. LTX_KERNELS_ADALN_C=2 / 4 (read per call: an A/B switch) forces it.
 // C = 1 (one vector per thread, a row per block at D = 2048, 42-48 registers, 5-6 blocks per
 // SM, as inductor's 512-thread-per-row kernels) lost everywhere: H100 bf16 2026-12-05 21:28,
 // [2, 8064, 2048] broadcast 45.57 -> 60.0 µs, per-token 86.05 -> 87.06, LayerNorm 48.1 -> 71.4.
-template <typename T, bool kLayer, bool kEarly, int C>
-__global__ void __launch_bounds__(kDirectBlock, kAdaDirectMinBlocks<kEarly, C>)
+template <typename T, bool kLayer, int kMod, int C>
+__global__ void __launch_bounds__(kDirectBlock, kAdaDirectMinBlocks<kMod, C>)
     adaln_direct_kernel(AdaLnParams p) {
   constexpr int N = 16 / static_cast<int>(sizeof(T));
+  constexpr bool kEarly = kMod == kModEarly;
+  constexpr bool kStaged = kMod == kModStaged;
   constexpr int CM = kEarly ? C : 1;  // modulation vectors held across the reduction
   using V = Vec<T, N>;
   __shared__ float scratch_mem[kRowScratchFloats];
   RowScratch scratch{scratch_mem};
+  // kStaged: this thread's C scale then C shift vectors, slot-major so that a warp's
+  // 16-byte slots are consecutive (C = 4: 32 KB per block).
+  __shared__ uint4 staged_mem[kStaged ? 2 * C * kDirectBlock : 1];
+  auto slot = [&](int m, int i) -> uint4* {
+    return &staged_mem[(m * C + i) * kDirectBlock + threadIdx.x];
+  };
   const T* x = static_cast<const T*>(p.x);
   const T* scale = static_cast<const T*>(p.scale);
   const T* shift = static_cast<const T*>(p.shift);
@@ -533,13 +550,28 @@ __global__ void __launch_bounds__(kDirectBlock, kAdaDirectMinBlocks<kEarly, C>)
     const bool active = row < br.end;
     const int64_t r = active ? row : 0;  // an inactive group loads nothing
     const T* xr = x + r * p.x_stride;
+    int64_t off[2];
+    if constexpr (kStaged) {
+      // Queued before x's loads, while no x register is live yet (bf16 C = 4: queued after
+      // them, the addresses spilled at 64 registers). Through L1 (.ca): broadcast rows are
+      // read again by the SM's other row groups.
+      p.rs.offsets<2>(r, off);
+#pragma unroll
+      for (int i = 0; i < C; ++i) {
+        const int j = lane + i * p.tpr;
+        if (active && j < nvec) {
+          cp_async<16, true>(slot(0, i), scale + off[0] + j * N);
+          if (has_shift) cp_async<16, true>(slot(1, i), shift + off[1] + j * N);
+        }
+      }
+      cp_async_commit();
+    }
     V xc[C], sc[CM], hc[CM];
 #pragma unroll
     for (int i = 0; i < C; ++i) {
       const int j = lane + i * p.tpr;
       if (active && j < nvec) xc[i] = V::load(xr + j * N);
     }
-    int64_t off[2];
     if constexpr (kEarly) {
       p.rs.offsets<2>(r, off);
 #pragma unroll
@@ -558,7 +590,8 @@ __global__ void __launch_bounds__(kDirectBlock, kAdaDirectMinBlocks<kEarly, C>)
         [&](int i, int k) { return to_float(xc[i].v[k]); }, mean);
     if (!active) continue;
 
-    if constexpr (!kEarly) p.rs.offsets<2>(row, off);
+    if constexpr (kMod == kModLate) p.rs.offsets<2>(row, off);
+    if constexpr (kStaged) cp_async_wait<0>();
     T* orow = out + row * p.out_stride;
 #pragma unroll
     for (int i = 0; i < C; ++i) {
@@ -568,6 +601,13 @@ __global__ void __launch_bounds__(kDirectBlock, kAdaDirectMinBlocks<kEarly, C>)
       if constexpr (kEarly) {
         sv = sc[i];
         hv = hc[i];
+      } else if constexpr (kStaged) {
+        const uint4 rs = *slot(0, i);
+        memcpy(&sv, &rs, sizeof(rs));
+        if (has_shift) {
+          const uint4 rh = *slot(1, i);
+          memcpy(&hv, &rh, sizeof(rh));
+        }
       } else {
         sv = V::load(scale + off[0] + j * N);
         if (has_shift) hv = V::load(shift + off[1] + j * N);
@@ -590,23 +630,53 @@ __global__ void __launch_bounds__(kDirectBlock, kAdaDirectMinBlocks<kEarly, C>)
 // Launches adaln_direct_kernel for a call it takes (see above; the caller checked the
 // dtypes, the weight and the rounding form); false, launching nothing, otherwise.
 // per_token: every row has its own modulation row (C = 2 then, see the kernel).
+// Whether the staged form runs as planned on this device: cp.async (sm_80+) and 4 blocks
+// per SM with their 32 KB of slots each (sm_80 / 90 / 100 have 164-228 KB of shared memory
+// per SM; sm_86 / 89 / 120 have 100 KB, 3 blocks, untimed: they keep the register forms).
+inline bool staged_fits(const void* staged_kernel, int device) {
+  static int major[64] = {};
+  const int cc = per_device(major, device, 0, [&] {
+    return device_attribute(cudaDevAttrComputeCapabilityMajor, device);
+  });
+  return cc >= 8 && resident_blocks(staged_kernel, kDirectBlock, 0, device) >= 4;
+}
+
+// mod: kModLate / kModEarly / kModStaged forced, or -1: staged where it fits (staged_fits),
+// else early for per-token modulation and late for broadcast modulation.
+// Staged is the default since the H200 A/B of 2026-12-06 03:08 (RESULTS.md; bf16, clean
+// cold L2, medians of 3): it keeps the early form's bytes in flight without its registers.
+// Broadcast [2, 8064, 2048] RMS 37.50 -> 35.01 µs, [2, 8064, 4096] 69.79 -> 67.23,
+// LayerNorm [2, 8064, 2048] 41.92 -> 40.29, [1, 4608, 3072] 22.66 -> 22.14; per-token
+// [2, 8064, 2048] (C = 2 early) 63.60 -> 63.17 (C = 4 staged; C = 2 staged 63.47). Early
+// into registers at C = 4 fits 2 blocks per SM: 47.0 µs there.
 template <typename T, bool kLayer>
-bool launch_adaln_direct(AdaLnParams p, int vec, bool early, bool per_token, int device,
+bool launch_adaln_direct(AdaLnParams p, int vec, int mod, bool per_token, int device,
                          cudaStream_t stream) {
   constexpr int N = 16 / static_cast<int>(sizeof(T));
   const int64_t nvec = p.cols / vec;
   if (vec != N || nvec > static_cast<int64_t>(kDirectCached) * kDirectBlock) return false;
+  if (mod < 0) {
+    const auto staged = adaln_direct_kernel<T, kLayer, kModStaged, kDirectCached>;
+    mod = staged_fits(reinterpret_cast<const void*>(staged), device) ? kModStaged
+          : per_token                                              ? kModEarly
+                                                                   : kModLate;
+  }
+  // C = 2 for per-token rows in the register forms (see the kernel), unless forced.
   const std::string_view c_switch = ab_switch("LTX_KERNELS_ADALN_C");
-  const bool c2 = nvec <= 2LL * kDirectBlock && (c_switch == "2" || (c_switch != "4" && per_token));
+  const bool c2 = nvec <= 2LL * kDirectBlock &&
+                  (c_switch == "2" || (c_switch != "4" && per_token && mod != kModStaged));
   p.tpr = pow2_ceil(ceil_div(nvec, c2 ? 2 : kDirectCached));
   const int64_t groups = kDirectBlock / p.tpr;
-  auto go = [&](auto kernel) { launch_rows(kernel, p, kDirectBlock, groups, device, stream); };
-  if (c2) {
-    early ? go(adaln_direct_kernel<T, kLayer, true, 2>) : go(adaln_direct_kernel<T, kLayer, false, 2>);
-  } else {
-    early ? go(adaln_direct_kernel<T, kLayer, true, kDirectCached>)
-          : go(adaln_direct_kernel<T, kLayer, false, kDirectCached>);
-  }
+  auto go = [&](auto c) {
+    constexpr int C = decltype(c)::value;
+    auto run = [&](auto kernel) { launch_rows(kernel, p, kDirectBlock, groups, device, stream); };
+    switch (mod) {
+      case kModEarly: run(adaln_direct_kernel<T, kLayer, kModEarly, C>); break;
+      case kModStaged: run(adaln_direct_kernel<T, kLayer, kModStaged, C>); break;
+      default: run(adaln_direct_kernel<T, kLayer, kModLate, C>); break;
+    }
+  };
+  c2 ? go(std::integral_constant<int, 2>{}) : go(std::integral_constant<int, kDirectCached>{});
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return true;
 }
@@ -788,17 +858,21 @@ void adaln_launch(const at::Tensor& out2d, const at::Tensor& x2d, const at::Tens
   const bool direct_ok = ab_switch("LTX_KERNELS_ADALN_KERNEL") != "row";
   if (direct_ok && p.w == nullptr && xt == st &&
       xt == ht && xt == ot && (xt == at::kBFloat16 || xt == at::kHalf)) {
-    // LTX_KERNELS_ADALN_MOD=early / late (an A/B switch, read per call) forces the load order.
-    const std::string_view mod = ab_switch("LTX_KERNELS_ADALN_MOD");
-    const bool early = mod == "early" || (mod != "late" && mod_run == 1);
+    // LTX_KERNELS_ADALN_MOD=early / late / staged (an A/B switch, read per call) forces when
+    // and how the modulation is read.
+    const std::string_view mod_switch = ab_switch("LTX_KERNELS_ADALN_MOD");
+    const int mod = mod_switch == "early"    ? kModEarly
+                    : mod_switch == "late"   ? kModLate
+                    : mod_switch == "staged" ? kModStaged
+                                             : -1;  // launch_adaln_direct chooses
     bool direct = false;
     dispatch_float(xt, [&](auto t) {
       using T = typename decltype(t)::type;
       if constexpr (!std::is_same_v<T, float>) {
         constexpr Round rt = RoundOf<T>::value;
         if (p.mid != Round::kNone || p.norm != rt || p.scale1 != rt || p.prod != rt) return;
-        direct = p.layer ? launch_adaln_direct<T, true>(p, vec, early, mod_run == 1, device, stream)
-                         : launch_adaln_direct<T, false>(p, vec, early, mod_run == 1, device, stream);
+        direct = p.layer ? launch_adaln_direct<T, true>(p, vec, mod, mod_run == 1, device, stream)
+                         : launch_adaln_direct<T, false>(p, vec, mod, mod_run == 1, device, stream);
       }
     });
     if (direct) return;

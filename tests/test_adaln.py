@@ -378,7 +378,8 @@ def test_broadcast_many_rows(shape, dtype, form):
 # for those calls (the modulation loaded with x for per-token rows, after the reduction
 # for broadcast ones; 2 vectors per thread for per-token rows of D <= 4096, else 4); the
 # kernels that take every other call (developer switch, read per call:
-# LTX_KERNELS_ADALN_KERNEL=row); the load order forced (LTX_KERNELS_ADALN_MOD); the vectors
+# LTX_KERNELS_ADALN_KERNEL=row); the load order forced (LTX_KERNELS_ADALN_MOD, also staged
+# through shared memory); the vectors
 # per thread forced (LTX_KERNELS_ADALN_C=2 / 4). Each on every shape: thousands of rows
 # (grid-stride loop), per-token and broadcast modulation, no shift, a width that leaves
 # threads idle in the last vector (5120), the widest it takes (8192), short rows (many rows
@@ -400,6 +401,10 @@ DIRECT_CHOICES = {
     "c2_late": {"LTX_KERNELS_ADALN_C": "2", "LTX_KERNELS_ADALN_MOD": "late"},
     "c4": {"LTX_KERNELS_ADALN_C": "4"},
     "c4_early": {"LTX_KERNELS_ADALN_C": "4", "LTX_KERNELS_ADALN_MOD": "early"},
+    # the modulation queued with x into shared memory (cp.async), at both vector counts
+    "staged": {"LTX_KERNELS_ADALN_MOD": "staged"},
+    "c2_staged": {"LTX_KERNELS_ADALN_C": "2", "LTX_KERNELS_ADALN_MOD": "staged"},
+    "c4_staged": {"LTX_KERNELS_ADALN_C": "4", "LTX_KERNELS_ADALN_MOD": "staged"},
     # at most 64 blocks per SM walking the rows grid-stride (the default is a block per row
     # group: common/dispatch.cuh grid_cap)
     "grid_walk": {"LTX_KERNELS_GRID": "walk"},

@@ -19,13 +19,14 @@
 namespace ltx::cuda {
 
 // Queues a kBytes (4, 8 or 16) copy from global to this thread's shared slot; both
-// kBytes-aligned. 16 bytes bypass L1 (.cg: streamed data), smaller copies go through it.
-template <int kBytes>
+// kBytes-aligned. 16 bytes bypass L1 (.cg: streamed data) unless kKeepL1 (.ca: data other
+// blocks of the SM read again, e.g. a broadcast modulation row); smaller copies go through it.
+template <int kBytes, bool kKeepL1 = false>
 __device__ __forceinline__ void cp_async(void* smem, const void* gmem) {
   static_assert(kBytes == 4 || kBytes == 8 || kBytes == 16, "cp.async copies 4, 8 or 16 bytes");
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   const auto dst = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
-  if constexpr (kBytes == 16) {
+  if constexpr (kBytes == 16 && !kKeepL1) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(gmem) : "memory");
   } else {
     asm volatile("cp.async.ca.shared.global [%0], [%1], %2;\n" ::"r"(dst), "l"(gmem), "n"(kBytes)
