@@ -97,9 +97,10 @@ VARIANTS = {
         "ours": {},
         "ours (row kernels)": {"LTX_KERNELS_ADALN_KERNEL": "row"},
         "ours (C=4)": {"LTX_KERNELS_ADALN_C": "4"},
+        # the defaults before staging (2026-12-06): late for broadcast, C = 2 early per token
+        "ours (modulation late)": {"LTX_KERNELS_ADALN_MOD": "late"},
         "ours (modulation early)": {"LTX_KERNELS_ADALN_MOD": "early"},
-        "ours (modulation staged)": {"LTX_KERNELS_ADALN_MOD": "staged"},
-        "ours (C=4, modulation staged)": {"LTX_KERNELS_ADALN_C": "4", "LTX_KERNELS_ADALN_MOD": "staged"},
+        "ours (C=2, modulation staged)": {"LTX_KERNELS_ADALN_C": "2", "LTX_KERNELS_ADALN_MOD": "staged"},
         "ours (blocks walk rows)": {"LTX_KERNELS_GRID": "walk"},
     },
     "gated": {
