@@ -634,11 +634,7 @@ __global__ void __launch_bounds__(kDirectBlock, kAdaDirectMinBlocks<kMod, C>)
 // per SM with their 32 KB of slots each (sm_80 / 90 / 100 have 164-228 KB of shared memory
 // per SM; sm_86 / 89 / 120 have 100 KB, 3 blocks, untimed: they keep the register forms).
 inline bool staged_fits(const void* staged_kernel, int device) {
-  static int major[64] = {};
-  const int cc = per_device(major, device, 0, [&] {
-    return device_attribute(cudaDevAttrComputeCapabilityMajor, device);
-  });
-  return cc >= 8 && resident_blocks(staged_kernel, kDirectBlock, 0, device) >= 4;
+  return cc_major(device) >= 8 && resident_blocks(staged_kernel, kDirectBlock, 0, device) >= 4;
 }
 
 // mod: kModLate / kModEarly / kModStaged forced, or -1: staged where it fits (staged_fits),

@@ -121,6 +121,13 @@ inline int dram_peak_gbps(int device) {
   });
 }
 
+// Compute capability major of a device (8: cp.async and more), queried once per device.
+inline int cc_major(int device) {
+  static int major[64] = {};
+  return per_device(major, device, 0,
+                    [&] { return device_attribute(cudaDevAttrComputeCapabilityMajor, device); });
+}
+
 // Multiprocessor count of a device, queried once per device.
 inline int sm_count(int device) {
   static int counts[64] = {};
