@@ -128,7 +128,6 @@ VARIANTS = {
     "qk": {
         "ours": {},
         "ours (blocks walk tokens)": {"LTX_KERNELS_GRID": "walk"},
-        "ours (tables staged)": {"LTX_KERNELS_QK_TABLES": "staged"},
     },
     "rope_small": {
         "ours": {},

@@ -14,7 +14,6 @@
 #include <type_traits>
 
 #include "../torch-ext/torch_binding.h"
-#include "common/async_copy.cuh"
 #include "common/dispatch.cuh"
 #include "common/reduce.cuh"
 #include "common/rope_tables.cuh"
@@ -117,52 +116,11 @@ __device__ __forceinline__ void store_rotated(const float* n, const float* c, co
   store_n<T, N, kVec>(r, o);
 }
 
-// The N per-channel values of one cached vector from its staged slots (kChunks 16-byte
-// slots, `stride` float4s apart), expanded like load_table (pair tables: one value per pair).
-template <int kTab, int N, int kChunks>
-__device__ __forceinline__ void staged_table(const float4* slot, unsigned stride, float* out) {
-  float v[kChunks * 4];
-#pragma unroll
-  for (int h = 0; h < kChunks; ++h) {
-    const float4 f = slot[h * stride];
-    v[4 * h] = f.x;
-    v[4 * h + 1] = f.y;
-    v[4 * h + 2] = f.z;
-    v[4 * h + 3] = f.w;
-  }
-#pragma unroll
-  for (int k = 0; k < N; ++k) out[k] = v[kTab == kPairTables ? k / 2 : k];
-}
-
-// Table values one thread stages per table and cached vector, in 16-byte copies (kStaged).
-template <int kTab, int N>
-constexpr int kStageChunks = table_span<kTab, N>() / 4;
-
-// Dynamic shared memory of the staged form: cos and sin, kCached vectors, per thread.
-template <int kTab, int N>
-constexpr size_t staged_bytes_per_thread() {
-  return 2 * kCached * kStageChunks<kTab, N> * 16;
-}
-
 // kTab: how the tables are read when there are any (common/rope_tables.cuh).
-// kStaged (candidate, LTX_KERNELS_QK_TABLES=staged; N = 8 with tables only): the table values
-// of the cached vectors are queued by cp.async into this thread's shared-memory slots before
-// q's and k's loads, so they are in flight during the reduction instead of a second DRAM
-// round trip after it (adaln_direct_kernel's staged modulation, which won 4-7% on the H200;
-// here the tables are half the bytes at LTX's fp32 [B, S, D] tables). Slots are
-// slot-major (a warp's 16-byte copies consecutive); read back by the same thread only.
-template <typename T, typename Tw, int N, bool kVec, int kTab, bool kStaged = false>
+template <typename T, typename Tw, int N, bool kVec, int kTab>
 __global__ void rmsnorm_rope_qk_kernel(QkParams p) {
   __shared__ float scratch_mem[kRowScratchFloats];
   RowScratch scratch{scratch_mem};
-  extern __shared__ __align__(16) unsigned char qk_staged_mem[];
-  constexpr int kChunks = kStaged ? kStageChunks<kTab, N> : 1;
-  static_assert(!kStaged || (kVec && N == 8 && kTab != kNoTables), "staged: 8-wide vectors, tables");
-  // Slot h of table t (0 cos, 1 sin) for cached vector c.
-  auto tslot = [&](int t, int c, int h) {
-    return reinterpret_cast<float4*>(qk_staged_mem) +
-           ((t * kCached + c) * kChunks + h) * static_cast<int>(blockDim.x) + threadIdx.x;
-  };
   using V = Vec<T, N>;
   const int nvec = p.cols / N;
   const RowGroup rg = row_group_pow2(p.tpr);
@@ -178,37 +136,6 @@ __global__ void rmsnorm_rope_qk_kernel(QkParams p) {
     // tokens, the prologue's rows lose batch-major (H100, 2026-12-06: LTX's [2, 8064, 2048]
     // 140.8 -> 153.4 µs with a stride-0 pair of tables, 155.6 -> 181.8 µs with full tables).
     const int64_t row = rope ? (i % p.batch) * p.seq + i / p.batch : i;
-    // The table rows: found here when staged; otherwise after the reduction, where they hold
-    // no registers across it (found here, the pair-table kernel went 126 -> 130 registers on
-    // sm_90: one 256-thread block per SM instead of 2).
-    const float* crow = nullptr;
-    const float* srow = nullptr;
-    auto find_tables = [&] {
-      if (rope && i < p.tokens) {
-        const int64_t b = row / p.seq, s = row % p.seq;
-        crow = p.cos + b * p.cos_b + s * p.cos_s;
-        srow = p.sin + b * p.sin_b + s * p.sin_s;
-      }
-    };
-    if constexpr (kStaged) {
-      find_tables();
-      // Through L1 (.ca): a batch sharing its tables (stride 0) reads them for both entries.
-      if (crow != nullptr) {
-        constexpr int kSpan = table_span<kTab, N>();
-#pragma unroll
-        for (int c = 0; c < kCached; ++c) {
-          const int j = lane + c * p.tpr;
-          if (j < nvec) {
-#pragma unroll
-            for (int h = 0; h < kChunks; ++h) {
-              cp_async<16, true>(tslot(0, c, h), crow + static_cast<int64_t>(j) * kSpan + h * 4);
-              cp_async<16, true>(tslot(1, c, h), srow + static_cast<int64_t>(j) * kSpan + h * 4);
-            }
-          }
-        }
-      }
-      cp_async_commit();
-    }
     const T* xr[2];
     T* orow[2];
     bool live[2];
@@ -242,32 +169,23 @@ __global__ void rmsnorm_rope_qk_kernel(QkParams p) {
       inv[t] = rsqrtf(row_sum(ss[t], rg, scratch) * inv_cols + p.eps);
     }
 
-    if constexpr (kStaged) {
-      cp_async_wait<0>();
-    } else {
-      find_tables();
+    const float* crow = nullptr;
+    const float* srow = nullptr;
+    if (rope) {
+      const int64_t b = row / p.seq, s = row % p.seq;
+      crow = p.cos + b * p.cos_b + s * p.cos_s;
+      srow = p.sin + b * p.sin_b + s * p.sin_s;
     }
-    // One vector j of both rows: normalise, rotate with the table values read once (from
-    // cached vector cv's slots when staged, cv >= 0).
-    auto finish = [&](int j, const V& vq, const V& vk, int cv) {
+    // One vector j of both rows: normalise, rotate with the table values read once.
+    auto finish = [&](int j, const V& vq, const V& vk) {
       float n[2][N];
       if (live[0]) normalise<T, Tw, N, kVec>(vq, static_cast<const Tw*>(p.w[0]), j, inv[0], n[0]);
       if (live[1]) normalise<T, Tw, N, kVec>(vk, static_cast<const Tw*>(p.w[1]), j, inv[1], n[1]);
       if constexpr (N >= 2) {
         if (rope) {  // with tables, both rows are live together
           float c[N], s[N];
-          bool from_slots = false;
-          if constexpr (kStaged) {
-            if (cv >= 0) {
-              staged_table<kTab, N, kChunks>(tslot(0, cv, 0), blockDim.x, c);
-              staged_table<kTab, N, kChunks>(tslot(1, cv, 0), blockDim.x, s);
-              from_slots = true;
-            }
-          }
-          if (!from_slots) {
-            load_table<N, kVec, kTab>(crow, j, c);
-            load_table<N, kVec, kTab>(srow, j, s);
-          }
+          load_table<N, kVec, kTab>(crow, j, c);
+          load_table<N, kVec, kTab>(srow, j, s);
           store_rotated<T, N, kVec>(n[0], c, s, orow[0] + j * N);
           store_rotated<T, N, kVec>(n[1], c, s, orow[1] + j * N);
           return;
@@ -281,12 +199,12 @@ __global__ void rmsnorm_rope_qk_kernel(QkParams p) {
 #pragma unroll
     for (int c = 0; c < kCached; ++c) {
       const int j = lane + c * p.tpr;
-      if ((live[0] || live[1]) && j < nvec) finish(j, cache[0][c], cache[1][c], c);
+      if ((live[0] || live[1]) && j < nvec) finish(j, cache[0][c], cache[1][c]);
     }
     for (int j = lane + kCached * p.tpr; (live[0] || live[1]) && j < nvec; j += p.tpr) {
       const V vq = live[0] ? load_n<T, N, kVec>(xr[0] + j * N) : V{};
       const V vk = live[1] ? load_n<T, N, kVec>(xr[1] + j * N) : V{};
-      finish(j, vq, vk, -1);
+      finish(j, vq, vk);
     }
   }
 }
@@ -359,39 +277,13 @@ void rmsnorm_rope_qk_launch(const at::Tensor& q_out2d, const at::Tensor& q2d,
 
   const int64_t nvec = p.cols / vec;
   const int tpr_wanted = std::min(kMaxBlock, pow2_ceil(ceil_div(nvec, kTargetPerThread)));
-  const int device = q2d.device().index();
   auto launch_kernel = [&](auto kernel) {
-    launch_rows_pow2(kernel, p, tpr_wanted, kBlock, p.tokens, device, stream);
+    launch_rows_pow2(kernel, p, tpr_wanted, kBlock, p.tokens, q2d.device().index(), stream);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   };
   // The instantiation for this call's table kind (norm-only calls take the full one).
   auto launch = [&](auto full, auto pair) {
     return tables == kPairTables ? launch_kernel(pair) : launch_kernel(full);
-  };
-  // Candidate (developer switch, read per call): LTX_KERNELS_QK_TABLES=staged stages the
-  // tables of 8-wide calls in shared memory (the kernel's kStaged) on sm_80+, blocks of at
-  // most kBlock threads (64 KB of slots with fp32 full tables).
-  const bool staged = rope && vec == 8 && ab_switch("LTX_KERNELS_QK_TABLES") == "staged" &&
-                      cc_major(device) >= 8;
-  auto launch_staged_kernel = [&](auto kernel, size_t per_thread) {
-    const void* fn = reinterpret_cast<const void*>(kernel);
-    const int limit = std::min(max_block_threads(fn, device), kBlock);
-    p.tpr = tpr_wanted;
-    while (p.tpr > limit) p.tpr /= 2;  // any power of two is correct; the rest re-read
-    const int block = std::min(std::max(p.tpr, kBlock), limit) / p.tpr * p.tpr;
-    // Over 48 KB of dynamic shared memory is opt-in, per kernel and device (once each).
-    memo_query(std::make_pair(fn, device), [&] {
-      C10_CUDA_CHECK(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                          static_cast<int>(per_thread * kBlock)));
-      return 1;
-    });
-    kernel<<<row_grid(p.tokens, block / p.tpr, 64, device), block, per_thread * block, stream>>>(p);
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
-  };
-  auto launch_staged = [&](auto full, auto pair) {
-    return tables == kPairTables
-               ? launch_staged_kernel(pair, staged_bytes_per_thread<kPairTables, 8>())
-               : launch_staged_kernel(full, staged_bytes_per_thread<kFullTables, 8>());
   };
 
   dispatch_float(x_dtype, [&](auto xt) {
@@ -403,10 +295,6 @@ void rmsnorm_rope_qk_launch(const at::Tensor& q_out2d, const at::Tensor& q2d,
         switch (vec) {
           case 8:
             if constexpr (8 * widest <= 16) {
-              if (staged) {
-                return launch_staged(rmsnorm_rope_qk_kernel<T, Tw, 8, true, kFullTables, true>,
-                                     rmsnorm_rope_qk_kernel<T, Tw, 8, true, kPairTables, true>);
-              }
               return launch(rmsnorm_rope_qk_kernel<T, Tw, 8, true, kFullTables>,
                             rmsnorm_rope_qk_kernel<T, Tw, 8, true, kPairTables>);
             }

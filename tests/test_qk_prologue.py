@@ -251,28 +251,6 @@ def test_gpu_grid_walk(monkeypatch):
 
 
 @requires_gpu
-def test_gpu_tables_staged(monkeypatch):
-    """The staged-tables candidate (LTX_KERNELS_QK_TABLES=staged: 8-wide calls with tables
-    queue them into shared memory by cp.async): the real shapes and the tail, then pair
-    tables [B, S, D/2] on a stride-0 batch and on an odd token count."""
-    monkeypatch.setenv("LTX_KERNELS_QK_TABLES", "staged")
-    test_gpu_real_shape_and_tail()
-    dev = "cuda"
-    for d, frames, shared in [(2048, 3, True), (4096, 1, False)]:
-        cos, sin = ltx_tables(d, 1 if shared else 2, frames, 7, 9, dev)  # 189 / 63 tokens
-        cp, sp = cos[..., 0::2].contiguous(), sin[..., 0::2].contiguous()  # LTX repeats pairs
-        if shared:  # one table row for both batch entries (stride 0)
-            cos, sin, cp, sp = (t.expand(2, -1, -1) for t in (cos, sin, cp, sp))
-        q = torch.randn(2, cos.shape[1], d, device=dev, dtype=torch.bfloat16)
-        k = torch.randn_like(q)
-        nq, nk = norms(d, torch.bfloat16, torch.bfloat16, dev)
-        rq, rk = eager(q, k, nq, nk, cos, sin)
-        oq, ok = kernel.rmsnorm_rope_qk(q, k, nq.weight, nk.weight, cp, sp)
-        assert_matches_eager(oq, rq, f"pair q d={d}")
-        assert_matches_eager(ok, rk, f"pair k d={d}")
-
-
-@requires_gpu
 def test_gpu_real_shape_and_tail():
     """LTX 2B shape (B=2, 2688 tokens, D=2048) and D=4096 (13B) vs eager; plus a row longer
     than the register cache (tail re-read) and fp32."""
