@@ -551,19 +551,24 @@ __global__ void __launch_bounds__(kDirectBlock, kAdaDirectMinBlocks<kMod, C>)
     const int64_t r = active ? row : 0;  // an inactive group loads nothing
     const T* xr = x + r * p.x_stride;
     int64_t off[2];
-    if constexpr (kStaged) {
-      // Queued before x's loads, while no x register is live yet (bf16 C = 4: queued after
-      // them, the addresses spilled at 64 registers). Through L1 (.ca): broadcast rows are
-      // read again by the SM's other row groups.
+    // f(i, scale_offset, shift_offset) for each of this thread's vectors of the modulation
+    // row (element offsets), for the early and staged forms.
+    auto each_mod_vector = [&](auto f) {
       p.rs.offsets<2>(r, off);
 #pragma unroll
       for (int i = 0; i < C; ++i) {
         const int j = lane + i * p.tpr;
-        if (active && j < nvec) {
-          cp_async<16, true>(slot(0, i), scale + off[0] + j * N);
-          if (has_shift) cp_async<16, true>(slot(1, i), shift + off[1] + j * N);
-        }
+        if (active && j < nvec) f(i, off[0] + j * N, off[1] + j * N);
       }
+    };
+    if constexpr (kStaged) {
+      // Queued before x's loads, while no x register is live yet (bf16 C = 4: queued after
+      // them, the addresses spilled at 64 registers). Through L1 (.ca): broadcast rows are
+      // read again by the SM's other row groups.
+      each_mod_vector([&](int i, int64_t so, int64_t ho) {
+        cp_async<16, true>(slot(0, i), scale + so);
+        if (has_shift) cp_async<16, true>(slot(1, i), shift + ho);
+      });
       cp_async_commit();
     }
     V xc[C], sc[CM], hc[CM];
@@ -573,15 +578,10 @@ __global__ void __launch_bounds__(kDirectBlock, kAdaDirectMinBlocks<kMod, C>)
       if (active && j < nvec) xc[i] = V::load(xr + j * N);
     }
     if constexpr (kEarly) {
-      p.rs.offsets<2>(r, off);
-#pragma unroll
-      for (int i = 0; i < C; ++i) {
-        const int j = lane + i * p.tpr;
-        if (active && j < nvec) {
-          sc[i] = V::load(scale + off[0] + j * N);
-          if (has_shift) hc[i] = V::load(shift + off[1] + j * N);
-        }
-      }
+      each_mod_vector([&](int i, int64_t so, int64_t ho) {
+        sc[i] = V::load(scale + so);
+        if (has_shift) hc[i] = V::load(shift + ho);
+      });
     }
 
     float mean;
