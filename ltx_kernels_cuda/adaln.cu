@@ -627,9 +627,6 @@ __global__ void __launch_bounds__(kDirectBlock, kAdaDirectMinBlocks<kMod, C>)
   }
 }
 
-// Launches adaln_direct_kernel for a call it takes (see above; the caller checked the
-// dtypes, the weight and the rounding form); false, launching nothing, otherwise.
-// per_token: every row has its own modulation row (C = 2 then, see the kernel).
 // Whether the staged form runs as planned on this device: cp.async (sm_80+) and 4 blocks
 // per SM with their 32 KB of slots each (sm_80 / 90 / 100 have 164-228 KB of shared memory
 // per SM; sm_86 / 89 / 120 have 100 KB, 3 blocks, untimed: they keep the register forms).
@@ -637,6 +634,9 @@ inline bool staged_fits(const void* staged_kernel, int device) {
   return cc_major(device) >= 8 && resident_blocks(staged_kernel, kDirectBlock, 0, device) >= 4;
 }
 
+// Launches adaln_direct_kernel for a call it takes (see above; the caller checked the
+// dtypes, the weight and the rounding form); false, launching nothing, otherwise.
+// per_token: every row has its own modulation row (C = 2 then in the register forms).
 // mod: kModLate / kModEarly / kModStaged forced, or -1: staged where it fits (staged_fits),
 // else early for per-token modulation and late for broadcast modulation.
 // Staged is the default since the H200 A/B of 2026-12-06 03:08 (RESULTS.md; bf16, clean

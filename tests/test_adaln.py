@@ -375,12 +375,12 @@ def test_broadcast_many_rows(shape, dtype, form):
 
 
 # adaln_direct_kernel (one half dtype, no weight, 16-byte vectors, D <= 8192), the default
-# for those calls (the modulation loaded with x for per-token rows, after the reduction
-# for broadcast ones; 2 vectors per thread for per-token rows of D <= 4096, else 4); the
+# for those calls (on sm_80+ the modulation staged in shared memory with x's loads, 4
+# vectors per thread; elsewhere loaded with x for per-token rows, after the reduction for
+# broadcast ones, 2 vectors per thread for per-token rows of D <= 4096, else 4); the
 # kernels that take every other call (developer switch, read per call:
-# LTX_KERNELS_ADALN_KERNEL=row); the load order forced (LTX_KERNELS_ADALN_MOD, also staged
-# through shared memory); the vectors
-# per thread forced (LTX_KERNELS_ADALN_C=2 / 4). Each on every shape: thousands of rows
+# LTX_KERNELS_ADALN_KERNEL=row); the load order forced (LTX_KERNELS_ADALN_MOD=early / late /
+# staged); the vectors per thread forced (LTX_KERNELS_ADALN_C=2 / 4). Each on every shape: thousands of rows
 # (grid-stride loop), per-token and broadcast modulation, no shift, a width that leaves
 # threads idle in the last vector (5120), the widest it takes (8192), short rows (many rows
 # per block), LayerNorm, and rows enough for its grid-stride loop on an H200 (D = 8: 256
