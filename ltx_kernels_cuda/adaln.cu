@@ -630,8 +630,17 @@ __global__ void __launch_bounds__(kDirectBlock, kAdaDirectMinBlocks<kMod, C>)
 // Whether the staged form runs as planned on this device: cp.async (sm_80+) and 4 blocks
 // per SM with their 32 KB of slots each (sm_80 / 90 / 100 have 164-228 KB of shared memory
 // per SM; sm_86 / 89 / 120 have 100 KB, 3 blocks, untimed: they keep the register forms).
-inline bool staged_fits(const void* staged_kernel, int device) {
-  return cc_major(device) >= 8 && resident_blocks(staged_kernel, kDirectBlock, 0, device) >= 4;
+// Answered once per instantiation and device: a plain array read on every launch, not the
+// occupancy memo's lock and map.
+template <typename T, bool kLayer>
+bool staged_fits(int device) {
+  static int fits[64] = {};  // 1: fits, 2: does not
+  return per_device(fits, device, 2, [&] {
+    const auto kernel = adaln_direct_kernel<T, kLayer, kModStaged, kDirectCached>;
+    const bool ok = cc_major(device) >= 8 &&
+                    resident_blocks(reinterpret_cast<const void*>(kernel), kDirectBlock, 0, device) >= 4;
+    return ok ? 1 : 2;
+  }) == 1;
 }
 
 // Launches adaln_direct_kernel for a call it takes (see above; the caller checked the
@@ -651,12 +660,7 @@ bool launch_adaln_direct(AdaLnParams p, int vec, int mod, bool per_token, int de
   constexpr int N = 16 / static_cast<int>(sizeof(T));
   const int64_t nvec = p.cols / vec;
   if (vec != N || nvec > static_cast<int64_t>(kDirectCached) * kDirectBlock) return false;
-  if (mod < 0) {
-    const auto staged = adaln_direct_kernel<T, kLayer, kModStaged, kDirectCached>;
-    mod = staged_fits(reinterpret_cast<const void*>(staged), device) ? kModStaged
-          : per_token                                              ? kModEarly
-                                                                   : kModLate;
-  }
+  if (mod < 0) mod = staged_fits<T, kLayer>(device) ? kModStaged : per_token ? kModEarly : kModLate;
   // C = 2 for per-token rows in the register forms (see the kernel), unless forced.
   const std::string_view c_switch = ab_switch("LTX_KERNELS_ADALN_C");
   const bool c2 = nvec <= 2LL * kDirectBlock &&
