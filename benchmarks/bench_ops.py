@@ -344,6 +344,11 @@ def _ltx_tables(b, s, dim, device, g, pair=False):
     return cos.to(device), sin.to(device)
 
 
+def _pair_values(table):
+    """The [B, S, D/2] pair values of an LTX table [B, S, D] (each value repeated for its pair)."""
+    return table[..., ::2]
+
+
 def _flashinfer_ltx_rope(inp, shape, device, pair, hd=128):
     """FlashInfer's interleaved RoPE as an exact re-expression of LTX's: every (token,
     128-wide head) is its own "position" whose cos_sin_cache row holds that head's 64
@@ -351,7 +356,7 @@ def _flashinfer_ltx_rope(inp, shape, device, pair, hd=128):
     Returns rope(q2, k2) for [n, hd] views and n."""
     b, s, dim = shape
     n = b * s * (dim // hd)
-    half = (lambda t: t) if pair else (lambda t: t[..., ::2])
+    half = (lambda t: t) if pair else _pair_values
     cache = torch.cat([half(inp["cos"]).reshape(n, hd // 2),
                        half(inp["sin"]).reshape(n, hd // 2)], dim=-1).contiguous()
     pos = torch.arange(n, device=device, dtype=torch.int64)
@@ -402,7 +407,7 @@ def rope_ltx_case(shape, dtype, device, *, qk, pair=False):
         # Like for like with FlashInfer's row: its cos_sin_cache holds the pair values, built
         # once from the full tables and not timed; ours takes those pair tables as they are.
         q, k = inp["q"], inp["k"]
-        cp, sp = inp["cos"][..., 0::2].contiguous(), inp["sin"][..., 0::2].contiguous()
+        cp, sp = _pair_values(inp["cos"]).contiguous(), _pair_values(inp["sin"]).contiguous()
         return [Impl("ours (pair tables)", lambda: kernel.rope_interleaved_qk(q, k, cp, sp),
                      "pair tables [B,S,D/2] built once from the full ones, untimed")]
 
