@@ -25,7 +25,8 @@ Our variants are the same op called under the environment each op's VARIANTS nam
 launchers read these per call: LTX_KERNELS_RMS_KERNEL=row forces rms_norm_kernel;
 LTX_KERNELS_ADALN_KERNEL=row the AdaLN kernels other than adaln_direct_kernel;
 LTX_KERNELS_ADALN_C=2 / 4 forces adaln_direct_kernel's vectors per thread,
-LTX_KERNELS_ADALN_MOD=early / late / staged when and how it loads scale / shift;
+LTX_KERNELS_ADALN_MOD=early / late / staged when and how it loads scale / shift,
+LTX_KERNELS_ADALN_LN=two LayerNorm's statistics in two reductions instead of one;
 LTX_KERNELS_GELU_TABLE=0 computes GELU of 16-bit dtypes instead of reading a table,
 =full / =compact reads the full / compact one (defaults: bf16 compact, fp16 full; computed
 on GPUs of < 30 GB/s DRAM per SM, e.g. the H100),
@@ -45,7 +46,8 @@ group (`--op rope`, `--op gated`, `--op rmsnorm`, `--op adaln`); LTX_KERNELS_ROP
 keeps RoPE calls of many tokens on the power-of-two head split instead of the slot count
 that fills every pass of head pairs (Llama's 32 + 8 heads: 8 slots instead of 4; `--op rope`,
 `--op rope_small`); LTX_KERNELS_ROPE_ORDER=position walks RoPE's tokens position-major instead
-of batch-major (`--op rope`); `--op qk` times LTX's q/k prologue (its rows stay
+of batch-major, LTX_KERNELS_ROPE_PASS=4 gives the packed rotate-half form (Llama's call) 4 heads
+per pass instead of 2 (`--op rope`); `--op qk` times LTX's q/k prologue (its rows stay
 position-major: batch-major lost 9-17% on the H100, 2026-12-06).
 Decided candidates leave their switch behind or are dropped (2026-12-05: adaln_direct_kernel,
 the early weight, the GELU table, the packed rotate-half form, then PDL, decode C = 2, the
@@ -101,6 +103,8 @@ VARIANTS = {
         "ours (modulation late)": {"LTX_KERNELS_ADALN_MOD": "late"},
         "ours (modulation early)": {"LTX_KERNELS_ADALN_MOD": "early"},
         "ours (C=2, modulation staged)": {"LTX_KERNELS_ADALN_C": "2", "LTX_KERNELS_ADALN_MOD": "staged"},
+        # LayerNorm's mean and centred squares in two reductions (before 2026-12-06)
+        "ours (LayerNorm two reductions)": {"LTX_KERNELS_ADALN_LN": "two"},
         "ours (blocks walk rows)": {"LTX_KERNELS_GRID": "walk"},
     },
     "gated": {
@@ -124,6 +128,7 @@ VARIANTS = {
         "ours (blocks walk tokens)": {"LTX_KERNELS_GRID": "walk"},
         "ours (power-of-two slots)": {"LTX_KERNELS_ROPE_SLOTS": "0"},
         "ours (position-major tokens)": {"LTX_KERNELS_ROPE_ORDER": "position"},
+        "ours (4 heads per pass)": {"LTX_KERNELS_ROPE_PASS": "4"},
     },
     "qk": {
         "ours": {},

@@ -141,12 +141,24 @@ __device__ __forceinline__ float cached_sum(bool active, int lane, int tpr, int 
 // fp32 statistics of a row whose vectors i < C this thread holds (elem(i, k)): sets `mean`
 // (LayerNorm; 0 for RMSNorm) and returns 1 / sqrt(mean square, centred for LayerNorm, + eps).
 // Every thread of the block must call it (row_sum).
+// LayerNorm with per_thread > 0 (every thread holds per_thread elements of its row; the host
+// checks): each thread's own mean and centred squares, merged in one reduction
+// (row_mean_m2), instead of the row's mean and then its centred squares in two.
 template <int C, int N, bool kLayer, class Elem>
 __device__ __forceinline__ float cached_row_inv(bool active, const RowGroup& rg, int nvec,
                                                 float inv_cols, float eps, RowScratch& scratch,
-                                                Elem elem, float& mean) {
+                                                Elem elem, float& mean, float per_thread = 0.f,
+                                                float inv_per_thread = 0.f) {
   mean = 0.f;
   if constexpr (kLayer) {
+    if (per_thread > 0.f) {
+      const float s = cached_sum<C, N, false, false>(active, rg.lane, rg.tpr, nvec, 0.f, elem);
+      const float m = s * inv_per_thread;
+      const float m2 = cached_sum<C, N, true, true>(active, rg.lane, rg.tpr, nvec, m, elem);
+      const MeanM2 r = row_mean_m2({m, m2}, per_thread, rg, scratch);
+      mean = r.mean;
+      return rsqrtf(r.m2 * inv_cols + eps);
+    }
     const float s = cached_sum<C, N, false, false>(active, rg.lane, rg.tpr, nvec, 0.f, elem);
     mean = row_sum(s, rg, scratch) * inv_cols;
   }
@@ -171,9 +183,28 @@ struct AdaLnParams {
   float eps;
   float inv_cols;  // 1 / cols, worked out by the host (a division in front of the first load)
   bool layer;  // LayerNorm (else RMSNorm)
+  // LayerNorm's statistics in one reduction (cached_row_inv): the elements each thread holds
+  // of its row, and 1 / that; 0 where the threads hold different counts (set_ln_merge).
+  float per_thread, inv_per_thread;
   Round mid, norm, scale1, prod;
   int dx, ds, dh, dout;  // dtype codes (generic kernel)
 };
+
+// Sets p.per_thread / p.inv_per_thread for a LayerNorm launch whose threads each hold up to
+// C vectors of `vec` elements of their row (p.tpr set): LayerNorm's statistics in one
+// reduction where every thread holds the same count (cols a multiple of tpr * vec: LTX's,
+// FLUX's and Wan's widths), else (or LTX_KERNELS_ADALN_LN=two, read per call: an A/B switch)
+// the mean and the centred squares in two.
+inline void set_ln_merge(AdaLnParams& p, int vec, int C) {
+  p.per_thread = p.inv_per_thread = 0.f;
+  const int64_t nvec = p.cols / vec;
+  if (!p.layer || p.cols % vec != 0 || nvec % p.tpr != 0 || nvec / p.tpr > C ||
+      ab_switch("LTX_KERNELS_ADALN_LN") == "two") {
+    return;
+  }
+  p.per_thread = static_cast<float>(nvec / p.tpr * vec);
+  p.inv_per_thread = 1.0f / p.per_thread;
+}
 
 // The four rounding points (torch_binding.h), fixed at compile time on the typed fast
 // paths (no per-element branch), read from the params in the generic kernel.
@@ -410,7 +441,8 @@ __global__ void LTX_STREAM_BOUNDS adaln_stream_kernel(AdaLnParams p, int64_t chu
     float mean;
     const float inv = cached_row_inv<C, N, kLayer>(
         active, rg, nvec, p.inv_cols, p.eps, scratch,
-        [&](int i, int k) { return to_float(cur[i].v[k]); }, mean);
+        [&](int i, int k) { return to_float(cur[i].v[k]); }, mean, p.per_thread,
+        p.inv_per_thread);
 
     if (active) {
       if (row >= run_end) {  // a new modulation row
@@ -587,7 +619,8 @@ __global__ void __launch_bounds__(kDirectBlock, kAdaDirectMinBlocks<kMod, C>)
     float mean;
     const float inv = cached_row_inv<C, N, kLayer>(
         active, rg, nvec, p.inv_cols, p.eps, scratch,
-        [&](int i, int k) { return to_float(xc[i].v[k]); }, mean);
+        [&](int i, int k) { return to_float(xc[i].v[k]); }, mean, p.per_thread,
+        p.inv_per_thread);
     if (!active) continue;
 
     if constexpr (kMod == kModLate) p.rs.offsets<2>(row, off);
@@ -666,6 +699,7 @@ bool launch_adaln_direct(AdaLnParams p, int vec, int mod, bool per_token, int de
   const bool c2 = nvec <= 2LL * kDirectBlock &&
                   (c_switch == "2" || (c_switch != "4" && per_token && mod != kModStaged));
   p.tpr = pow2_ceil(ceil_div(nvec, c2 ? 2 : kDirectCached));
+  set_ln_merge(p, vec, c2 ? 2 : kDirectCached);
   const int64_t groups = kDirectBlock / p.tpr;
   auto go = [&](auto c) {
     constexpr int C = decltype(c)::value;
@@ -767,9 +801,10 @@ __global__ void __launch_bounds__(kMaxRowThreads, 1) gated_residual_kernel(GateP
 // block, so every block but the last is full). False, launching nothing, when its shared
 // memory would not fit.
 template <typename Tx, typename Tm, typename To, int N, bool kLayer, class Rnd>
-bool launch_adaln_stream(const AdaLnParams& p, const RowPlan& l, int64_t mod_run, int device,
+bool launch_adaln_stream(AdaLnParams p, const RowPlan& l, int64_t mod_run, int device,
                          cudaStream_t stream) {
   auto kernel = adaln_stream_kernel<Tx, Tm, To, N, kLayer, Rnd>;
+  set_ln_merge(p, N, kStreamCached);
   // Shared memory: the modulation cache, then `stages` rows of x per group. Three stages
   // where they fit in the 48 KB a block gets without opting in (less the kernel's static
   // reduction scratch), else two (D = 5120 bf16), else the call stays on adaln_kernel

@@ -408,6 +408,9 @@ DIRECT_CHOICES = {
     # at most 64 blocks per SM walking the rows grid-stride (the default is a block per row
     # group: common/dispatch.cuh grid_cap)
     "grid_walk": {"LTX_KERNELS_GRID": "walk"},
+    # LayerNorm's mean and centred squares in two reductions (the default merges each
+    # thread's mean and M2 in one where every thread holds as many elements: not at 5120)
+    "ln_two": {"LTX_KERNELS_ADALN_LN": "two"},
 }
 
 
@@ -434,6 +437,33 @@ def test_direct_kernel_choices(monkeypatch, choice, shape, form, dtype):
     kernel.adaln(x, scale, shift, norm="layer", out=out_l)
     _, mag = ref64(x, scale, shift, norm="layer")
     assert_near_eager(out_l, eager_adaln(x, scale, shift, norm="layer"), mag, f"{shape} layer {choice}")
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("merge", [True, False], ids=["one_reduction", "two_reductions"])
+@pytest.mark.parametrize("d", [2048, 3072, 4096, 8192])
+@pytest.mark.parametrize("dtype", [BF16, torch.float16])
+def test_layer_stats_offset_and_outlier(monkeypatch, device, merge, d, dtype):
+    """LayerNorm's statistics where a naive sum-of-squares variance would cancel: rows whose
+    mean is ~100 standard deviations (an offset), and rows with one massive channel (as LLM /
+    DiT activations have), against float64 and eager; in one reduction (each thread's mean and
+    M2 merged, the default where threads hold equal counts) and in two (LTX_KERNELS_ADALN_LN=two)."""
+    if not merge:
+        monkeypatch.setenv("LTX_KERNELS_ADALN_LN", "two")
+    g = torch.Generator(device="cpu").manual_seed(d)
+    base = torch.randn(2, 300, d, generator=g)
+    offset = base * 0.25 + 24.0  # mean ~96 sigma (the variance is ~1e-4 of the mean square)
+    outlier = base.clone()
+    outlier[..., 7] = 3000.0
+    for name, xf in (("offset", offset), ("outlier", outlier)):
+        x = xf.to(dtype).to(device)
+        for form in ("btd", "b1d"):
+            mod_shape = x.shape if form == "btd" else (2, 1, d)
+            scale, shift = modulation(mod_shape, dtype, device), modulation(mod_shape, dtype, device)
+            out = kernel.adaln(x, scale, shift, norm="layer")
+            ref, mag = ref64(x, scale, shift, norm="layer")
+            assert_near_ref64(out, ref, mag, 8, f"{name} {form} D={d}")
+            assert_near_eager(out, eager_adaln(x, scale, shift, norm="layer"), mag, f"{name} {form} D={d}")
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -41,14 +41,15 @@ __device__ __forceinline__ RowGroup row_group(int tpr) {
   return {tpr, t - group * tpr, group, static_cast<int>(blockDim.x) / tpr, (group * tpr) >> 5};
 }
 
-// Shared memory for row_sum: two buffers of one float per warp, used in turn. A call
-// writes one buffer, waits at a barrier and reads it; the next call's barrier then orders
-// those reads before the call after it writes the same buffer again. So a call needs one
-// barrier; with one buffer it needed a second after its reads. Each kernel declares
+// Shared memory for row_sum / row_mean_m2: two buffers of two floats per warp, used in
+// turn. A call writes one buffer, waits at a barrier and reads it; the next call's barrier
+// then orders those reads before the call after it writes the same buffer again. So a call
+// needs one barrier; with one buffer it needed a second after its reads. Each kernel declares
 //   __shared__ float scratch_mem[kRowScratchFloats];
 //   RowScratch scratch{scratch_mem};
 // (`next` is per thread; all threads agree on it because all call row_sum alike.)
-constexpr int kRowScratchFloats = 2 * kMaxWarpsPerBlock;
+constexpr int kRowScratchBuffer = 2 * kMaxWarpsPerBlock;  // floats per buffer
+constexpr int kRowScratchFloats = 2 * kRowScratchBuffer;
 
 struct RowScratch {
   float* smem;
@@ -72,7 +73,7 @@ __device__ __forceinline__ float row_sum(float v, const RowGroup& g, RowScratch&
     v = warp_group_sum(v, g.tpr);
   }
   if (g.tpr <= 32) return v;
-  float* buf = scratch.smem + scratch.next * kMaxWarpsPerBlock;
+  float* buf = scratch.smem + scratch.next * kRowScratchBuffer;
   scratch.next ^= 1;
   const int warp = static_cast<int>(threadIdx.x) >> 5;
   if ((threadIdx.x & 31) == 0) buf[warp] = v;
@@ -80,6 +81,61 @@ __device__ __forceinline__ float row_sum(float v, const RowGroup& g, RowScratch&
   float s = 0.f;
   for (int k = 0; k < (g.tpr >> 5); ++k) s += buf[g.first + k];
   return s;
+}
+
+// Mean and M2 (the sum of squared deviations from that mean) of a set of values.
+struct MeanM2 {
+  float mean;
+  float m2;
+};
+
+// Two disjoint parts of equal count n merged (Chan, Golub and LeVeque): the mean halfway,
+// M2 the parts' sum plus the spread of their means, delta^2 * n / 2 (half_n = n / 2). The
+// two partners of a butterfly pass (a, b) and (b, a) and get the same bits: the sums are
+// commutative, delta only changes sign, and no product is fused into a sum.
+__device__ __forceinline__ MeanM2 merge_equal(MeanM2 a, MeanM2 b, float half_n) {
+  const float d = __fsub_rn(b.mean, a.mean);
+  return {__fmul_rn(0.5f, __fadd_rn(a.mean, b.mean)),
+          __fadd_rn(__fadd_rn(a.m2, b.m2), __fmul_rn(__fmul_rn(d, d), half_n))};
+}
+
+// A row's mean and M2 from each thread's (mean, M2) over the same number n of its elements,
+// in one reduction: LayerNorm's statistics without a second pass over the row (a mean
+// first, then the centred squares: two reductions, two barriers for tpr > 32). Stable like
+// Welford's: no sum of squares minus a squared sum. Every thread of the row gets the same
+// bits. Same calling rules as row_sum (every thread of the block, the same number of times).
+__device__ __forceinline__ MeanM2 row_mean_m2(MeanM2 v, float n, const RowGroup& g,
+                                              RowScratch& scratch) {
+  const int width = g.tpr >= 32 ? 32 : g.tpr;
+  // Offsets upwards, so each side of a merge at offset o holds n * o elements.
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    if (o >= width) break;
+    const MeanM2 b{__shfl_xor_sync(kFullMask, v.mean, o), __shfl_xor_sync(kFullMask, v.m2, o)};
+    v = merge_equal(v, b, __fmul_rn(n, 0.5f * static_cast<float>(o)));
+  }
+  if (g.tpr <= 32) return v;
+  float* buf = scratch.smem + scratch.next * kRowScratchBuffer;
+  scratch.next ^= 1;
+  const int warp = static_cast<int>(threadIdx.x) >> 5;
+  if ((threadIdx.x & 31) == 0) {
+    buf[warp] = v.mean;
+    buf[kMaxWarpsPerBlock + warp] = v.m2;
+  }
+  __syncthreads();
+  // The row's warps in order, each of nw = 32 n elements; the same chain in every thread.
+  const float nw = 32.f * n;
+  MeanM2 acc{buf[g.first], buf[kMaxWarpsPerBlock + g.first]};
+  float count = nw;
+  for (int k = 1; k < (g.tpr >> 5); ++k) {
+    const MeanM2 b{buf[g.first + k], buf[kMaxWarpsPerBlock + g.first + k]};
+    const float total = count + nw;
+    const float d = b.mean - acc.mean;
+    acc.mean += d * (nw / total);
+    acc.m2 += b.m2 + d * d * (count * nw / total);
+    count = total;
+  }
+  return acc;
 }
 
 // v[0] + ... + v[N - 1] as a balanced tree: log2(N) dependent adds instead of N - 1. A
