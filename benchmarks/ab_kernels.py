@@ -46,8 +46,7 @@ group (`--op rope`, `--op gated`, `--op rmsnorm`, `--op adaln`); LTX_KERNELS_ROP
 keeps RoPE calls of many tokens on the power-of-two head split instead of the slot count
 that fills every pass of head pairs (Llama's 32 + 8 heads: 8 slots instead of 4; `--op rope`,
 `--op rope_small`); LTX_KERNELS_ROPE_ORDER=position walks RoPE's tokens position-major instead
-of batch-major, LTX_KERNELS_ROPE_PASS=4 gives the packed rotate-half form (Llama's call) 4 heads
-per pass instead of 2 (`--op rope`); `--op qk` times LTX's q/k prologue (its rows stay
+of batch-major (`--op rope`); `--op qk` times LTX's q/k prologue (its rows stay
 position-major: batch-major lost 9-17% on the H100, 2026-12-06).
 Decided candidates leave their switch behind or are dropped (2026-12-05: adaln_direct_kernel,
 the early weight, the GELU table, the packed rotate-half form, then PDL, decode C = 2, the
@@ -128,7 +127,6 @@ VARIANTS = {
         "ours (blocks walk tokens)": {"LTX_KERNELS_GRID": "walk"},
         "ours (power-of-two slots)": {"LTX_KERNELS_ROPE_SLOTS": "0"},
         "ours (position-major tokens)": {"LTX_KERNELS_ROPE_ORDER": "position"},
-        "ours (4 heads per pass)": {"LTX_KERNELS_ROPE_PASS": "4"},
     },
     "qk": {
         "ours": {},

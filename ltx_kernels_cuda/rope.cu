@@ -145,17 +145,9 @@ constexpr int kPackedMinBlocks = 4;
 
 // kPair (interleaved only): pair tables [B, S, D/2], value i for channels 2i and 2i+1, so a
 // unit of kUnit channels reads kUnit/2 table values (half the table bytes).
-template <bool kPacked, int kPass>
-constexpr int kRopeMinBlocks = !kPacked ? kMinBlocks
-                               : kPass == 2 ? kPackedMinBlocks
-                                            : (kPackedMinBlocks < 3 ? kPackedMinBlocks : 3);
-
-// kPass: heads a thread loads before it rotates and stores any (the packed form only; 2
-// elsewhere): 4 doubles the bytes each thread has in flight, for as many heads per slot
-// (3 blocks per SM: capped for 4, sm_90 spilled 124 bytes).
 template <typename Tx, typename Tc, int U, bool kInterleaved, bool kInverse, bool kPacked = false,
-          bool kPair = false, int kPass = 2>
-__global__ void __launch_bounds__(kBlock, kRopeMinBlocks<kPacked, kPass>)
+          bool kPair = false>
+__global__ void __launch_bounds__(kBlock, kPacked ? kPackedMinBlocks : kMinBlocks)
     rope_kernel(const RopeParams p) {
   static_assert(!kPacked || (U == 8 && std::is_same_v<Tx, Tc> && !std::is_same_v<Tx, float> &&
                              !kInterleaved && !kInverse),
@@ -275,34 +267,7 @@ __global__ void __launch_bounds__(kBlock, kRopeMinBlocks<kPacked, kPass>)
             }
           });
         };
-        if constexpr (kPacked && kPass != 2) {
-          // kPass heads of this slot (hh, hh + slots, ...): every load, then the rotations
-          // and stores.
-          using V = Vec<Tx, 8>;
-          const V c1 = V::load(cr + lo), c2 = V::load(cr + hi);
-          const V s1 = V::load(sr + lo), s2 = V::load(sr + hi);
-          for (int hh = slot; hh < heads; hh += kPass * p.slots) {
-            V a[kPass], z[kPass];
-#pragma unroll
-            for (int m = 0; m < kPass; ++m) {
-              const int h = hh + m * p.slots;
-              if (h < heads) {
-                const Tx* x = in_row(h);
-                a[m] = V::load(x + lo);
-                z[m] = V::load(x + hi);
-              }
-            }
-#pragma unroll
-            for (int m = 0; m < kPass; ++m) {
-              const int h = hh + m * p.slots;
-              if (h < heads) {
-                Tx* o = out_row(h);
-                sub_rn(mul_rn(a[m], c1), mul_rn(z[m], s1)).store(o + lo);
-                add_rn(mul_rn(z[m], c2), mul_rn(a[m], s2)).store(o + hi);
-              }
-            }
-          }
-        } else if constexpr (kPacked) {
+        if constexpr (kPacked) {
           using V = Vec<Tx, 8>;
           const V c1 = V::load(cr + lo), c2 = V::load(cr + hi);
           const V s1 = V::load(sr + lo), s2 = V::load(sr + hi);
@@ -401,13 +366,13 @@ int pick_unit(const RopeParams& p, int xs, int cs, int64_t cols, bool pair) {
 }
 
 // The slot count, `slots` or a smaller power of two, that leaves the fewest idle head
-// places over a slot's passes (`pass` heads each): slots * pass * passes - heads; the larger
+// places over a slot's passes (two heads a pass): slots * 2 * passes - heads; the larger
 // count on a tie (fewer passes per thread).
-int fitted_slots(int64_t heads, int slots, int pass = 2) {
+int fitted_slots(int64_t heads, int slots) {
   int best = slots;
   int64_t best_idle = INT64_MAX;
   for (int s = slots; s >= 1; s /= 2) {  // largest first: a tie keeps the larger
-    const int64_t idle = ceil_div(heads, int64_t{pass} * s) * pass * s - heads;
+    const int64_t idle = ceil_div(heads, int64_t{2} * s) * 2 * s - heads;
     if (idle < best_idle) best = s, best_idle = idle;
   }
   return best;
@@ -495,17 +460,12 @@ void rope_rotate_launch(const at::Tensor& out0, const at::Tensor& in0, const at:
   // 2.50; within 4: 2.51), 512 tokens unchanged at any limit (3.49; Liger 3.23).
   // LTX_KERNELS_ROPE_WIDE_SLOTS (read per call: an A/B switch): 0 keeps the split above,
   // 1 / 4 set the blocks-per-SM limit.
-  // The packed form with 4 heads per pass (candidate; LTX_KERNELS_ROPE_PASS=4, read per
-  // call: an A/B switch), for calls of many tokens (the wide split below keeps 2).
-  const bool packed = !interleaved && !inverse && xs == cs && xs == 2 && u == 8;
-  bool pass4 = packed && ab_switch("LTX_KERNELS_ROPE_PASS") == "4";
   const std::string_view wide_switch = ab_switch("LTX_KERNELS_ROPE_WIDE_SLOTS");
   const int64_t wide_per_sm = wide_switch == "1" ? 1 : wide_switch == "4" ? 4 : 2;
   const int wide = std::min(kBlock / p.lanes, pow2_ceil(ceil_div(heads, int64_t{2})));
   if (wide > p.slots && wide_switch != "0" &&
       ceil_div(tokens, static_cast<int64_t>(kBlock / (p.lanes * wide))) <= sm_count(device) * wide_per_sm) {
     p.slots = wide;
-    pass4 = false;
   } else if (ab_switch("LTX_KERNELS_ROPE_SLOTS") != "0") {
     // Calls of many tokens: fewer slots where that fills every pass. A slot rotates its
     // heads two per pass, so Llama's 32 + 8 heads on 8 slots took 3 passes of which the last
@@ -516,7 +476,7 @@ void rope_rotate_launch(const at::Tensor& out0, const at::Tensor& in0, const at:
     // (RESULTS.md): q 32 x 8192 x 128 + k 8 heads 60.45 -> 59.58 µs, 2048 tokens 16.16 ->
     // 15.81; already full (q 32 + k 32 heads of 64, LTX's forms): unchanged.
     // LTX_KERNELS_ROPE_SLOTS=0 (read per call: an A/B switch) keeps the power-of-two split.
-    const int fit = fitted_slots(heads, p.slots, pass4 ? 4 : 2);
+    const int fit = fitted_slots(heads, p.slots);
     if (ceil_div(tokens, static_cast<int64_t>(kBlock / (p.lanes * fit))) >= sm_count(device)) p.slots = fit;
   }
   const int per_block = kBlock / (p.lanes * p.slots);
@@ -553,11 +513,7 @@ void rope_rotate_launch(const at::Tensor& out0, const at::Tensor& in0, const at:
                 }
               } else if constexpr (!kInv && U == 8 && std::is_same_v<Tc, Tx> &&
                                    !std::is_same_v<Tx, float>) {
-                if (pass4) {
-                  launch_pdl(rope_kernel<Tx, Tc, U, false, false, true, false, 4>, grid, kBlock, stream, pdl, p);
-                } else {
-                  launch_pdl(rope_kernel<Tx, Tc, U, false, false, true>, grid, kBlock, stream, pdl, p);
-                }
+                launch_pdl(rope_kernel<Tx, Tc, U, false, false, true>, grid, kBlock, stream, pdl, p);
                 C10_CUDA_KERNEL_LAUNCH_CHECK();
               } else {
                 launch_pdl(rope_kernel<Tx, Tc, U, false, kInv>, grid, kBlock, stream, pdl, p);

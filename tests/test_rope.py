@@ -368,13 +368,10 @@ def test_rotate_half_matches_llama(device, dtype, u, head_dim):
 @pytest.mark.parametrize("dtype", HALF_DTYPES)
 @pytest.mark.parametrize("u", [1, 2])
 @pytest.mark.parametrize("head_dim,pct", [(128, 1.0), (64, 1.0), (64, 0.5), (80, 0.4)])
-@pytest.mark.parametrize("pass4", [False, True], ids=["pass2", "pass4"])
-def test_rotate_half_packed_form(monkeypatch, dtype, u, head_dim, pct, pass4):
+def test_rotate_half_packed_form(dtype, u, head_dim, pct):
     """The packed rotate-half form (rope_kernel's kPacked), taken by half x with tables of
     its dtype on 16-byte units: bit-exact vs Llama / GPT-NeoX eager, GQA, partial rotary,
-    both layouts, in place, many tokens; 2 heads per pass and 4 (LTX_KERNELS_ROPE_PASS=4)."""
-    if pass4:
-        monkeypatch.setenv("LTX_KERNELS_ROPE_PASS", "4")
+    both layouts, in place, many tokens."""
     b, s, hq, hk = 2, 1031, 8, 2
     if pct == 1.0:
         cos, sin = llama_tables(head_dim, b, s, dtype, device="cuda", offset=5)
@@ -775,10 +772,9 @@ def test_llama_real_shape(table_dtype):
 @requires_gpu
 @pytest.mark.parametrize("env", [{}, {"LTX_KERNELS_PDL": "0"}, {"LTX_KERNELS_ROPE_WIDE_SLOTS": "0"},
                                  {"LTX_KERNELS_ROPE_WIDE_SLOTS": "1"}, {"LTX_KERNELS_ROPE_WIDE_SLOTS": "4"},
-                                 {"LTX_KERNELS_GRID": "walk"}, {"LTX_KERNELS_ROPE_SLOTS": "0"},
-                                 {"LTX_KERNELS_ROPE_PASS": "4"}],
+                                 {"LTX_KERNELS_GRID": "walk"}, {"LTX_KERNELS_ROPE_SLOTS": "0"}],
                          ids=["pdl", "no_pdl", "no_wide_slots", "wide_slots_1", "wide_slots_4", "grid_walk",
-                              "no_slots_fit", "pass4"])
+                              "no_slots_fit"])
 def test_pdl_launch_real_shapes(monkeypatch, env):
     """With programmatic dependent launch (the default on sm_90+), without it
     (LTX_KERNELS_PDL=0), without the wide slots of few-token calls (every head pair in one
@@ -788,8 +784,7 @@ def test_pdl_launch_real_shapes(monkeypatch, env):
     walking the tokens (LTX_KERNELS_GRID=walk; the default is a block per token group), and
     without the slot count that fills every pass of head pairs in calls of many tokens
     (LTX_KERNELS_ROPE_SLOTS=0; by default Llama's 32 + 8 heads take 4 slots instead of 8, an
-    odd 5 + 3 heads 4 instead of 8 from ~1000 tokens), and with the packed form's 4 heads per
-    pass (LTX_KERNELS_ROPE_PASS=4, calls of many tokens): the RoPE kernel gives the same results
+    odd 5 + 3 heads 4 instead of 8 from ~1000 tokens): the RoPE kernel gives the same results
     in both layouts, decode-sized and large."""
     for name, value in env.items():
         monkeypatch.setenv(name, value)
