@@ -104,10 +104,6 @@ VARIANTS = {
         "ours (C=2, modulation staged)": {"LTX_KERNELS_ADALN_C": "2", "LTX_KERNELS_ADALN_MOD": "staged"},
         # LayerNorm's mean and centred squares in two reductions (before 2026-12-06)
         "ours (LayerNorm two reductions)": {"LTX_KERNELS_ADALN_LN": "two"},
-        # candidates: per-token modulation staged around L1, x loaded without allocating in L1
-        "ours (per-token mod .cg)": {"LTX_KERNELS_ADALN_MOD_L1": "0"},
-        "ours (x no L1)": {"LTX_KERNELS_ADALN_X_STREAM": "1"},
-        "ours (per-token mod .cg, x no L1)": {"LTX_KERNELS_ADALN_MOD_L1": "0", "LTX_KERNELS_ADALN_X_STREAM": "1"},
         "ours (blocks walk rows)": {"LTX_KERNELS_GRID": "walk"},
     },
     "gated": {

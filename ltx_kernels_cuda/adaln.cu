@@ -186,9 +186,6 @@ struct AdaLnParams {
   // LayerNorm's statistics in one reduction (cached_row_inv): the elements each thread holds
   // of its row, and 1 / that; 0 where the threads hold different counts (set_ln_merge).
   float per_thread, inv_per_thread;
-  // adaln_direct_kernel candidates (A/B switches, launch_adaln_direct), staged form: the
-  // modulation through L1 (.ca) or not (.cg), and x loaded without allocating in L1.
-  bool mod_l1, x_stream;
   Round mid, norm, scale1, prod;
   int dx, ds, dh, dout;  // dtype codes (generic kernel)
 };
@@ -601,13 +598,8 @@ __global__ void __launch_bounds__(kDirectBlock, kAdaDirectMinBlocks<kMod, C>)
       // them, the addresses spilled at 64 registers). Through L1 (.ca): broadcast rows are
       // read again by the SM's other row groups.
       each_mod_vector([&](int i, int64_t so, int64_t ho) {
-        if (p.mod_l1) {
-          cp_async<16, true>(slot(0, i), scale + so);
-          if (has_shift) cp_async<16, true>(slot(1, i), shift + ho);
-        } else {
-          cp_async<16, false>(slot(0, i), scale + so);
-          if (has_shift) cp_async<16, false>(slot(1, i), shift + ho);
-        }
+        cp_async<16, true>(slot(0, i), scale + so);
+        if (has_shift) cp_async<16, true>(slot(1, i), shift + ho);
       });
       cp_async_commit();
     }
@@ -615,10 +607,7 @@ __global__ void __launch_bounds__(kDirectBlock, kAdaDirectMinBlocks<kMod, C>)
 #pragma unroll
     for (int i = 0; i < C; ++i) {
       const int j = lane + i * p.tpr;
-      if (active && j < nvec) {
-        // (the staged form only: the register forms' two load paths cost a spill)
-        xc[i] = kStaged && p.x_stream ? V::load_stream(xr + j * N) : V::load(xr + j * N);
-      }
+      if (active && j < nvec) xc[i] = V::load(xr + j * N);
     }
     if constexpr (kEarly) {
       each_mod_vector([&](int i, int64_t so, int64_t ho) {
@@ -711,12 +700,6 @@ bool launch_adaln_direct(AdaLnParams p, int vec, int mod, bool per_token, int de
                   (c_switch == "2" || (c_switch != "4" && per_token && mod != kModStaged));
   p.tpr = pow2_ceil(ceil_div(nvec, c2 ? 2 : kDirectCached));
   set_ln_merge(p, vec, c2 ? 2 : kDirectCached);
-  // Candidates (read per call: A/B switches): LTX_KERNELS_ADALN_MOD_L1=0 stages per-token
-  // modulation rows around L1 (.cg; read once, unlike broadcast rows), =all-cg every row;
-  // LTX_KERNELS_ADALN_X_STREAM=1 loads x without allocating in L1 (both: the staged form).
-  const std::string_view l1_switch = ab_switch("LTX_KERNELS_ADALN_MOD_L1");
-  p.mod_l1 = !(l1_switch == "all-cg" || (l1_switch == "0" && per_token));
-  p.x_stream = ab_switch("LTX_KERNELS_ADALN_X_STREAM") == "1";
   const int64_t groups = kDirectBlock / p.tpr;
   auto go = [&](auto c) {
     constexpr int C = decltype(c)::value;

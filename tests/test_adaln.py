@@ -411,8 +411,6 @@ DIRECT_CHOICES = {
     # LayerNorm's mean and centred squares in two reductions (the default merges each
     # thread's mean and M2 in one where every thread holds as many elements: not at 5120)
     "ln_two": {"LTX_KERNELS_ADALN_LN": "two"},
-    # candidates: the staged modulation around L1 (.cg) and x loaded without allocating in L1
-    "mod_cg_x_stream": {"LTX_KERNELS_ADALN_MOD_L1": "all-cg", "LTX_KERNELS_ADALN_X_STREAM": "1"},
 }
 
 
