@@ -25,7 +25,8 @@ Our variants are the same op called under the environment each op's VARIANTS nam
 launchers read these per call: LTX_KERNELS_RMS_KERNEL=row forces rms_norm_kernel;
 LTX_KERNELS_ADALN_KERNEL=row the AdaLN kernels other than adaln_direct_kernel;
 LTX_KERNELS_ADALN_C=2 / 4 forces adaln_direct_kernel's vectors per thread,
-LTX_KERNELS_ADALN_MOD=early / late / staged when and how it loads scale / shift,
+LTX_KERNELS_ADALN_MOD=early / late / staged / staged-stream when and how it loads scale / shift
+(staged-stream: staged, x loaded without allocating in L1; a candidate),
 LTX_KERNELS_ADALN_LN=two LayerNorm's statistics in two reductions instead of one;
 LTX_KERNELS_GELU_TABLE=0 computes GELU of 16-bit dtypes instead of reading a table,
 =full / =compact reads the full / compact one (defaults: bf16 compact, fp16 full; computed
@@ -104,6 +105,8 @@ VARIANTS = {
         "ours (C=2, modulation staged)": {"LTX_KERNELS_ADALN_C": "2", "LTX_KERNELS_ADALN_MOD": "staged"},
         # LayerNorm's mean and centred squares in two reductions (before 2026-12-06)
         "ours (LayerNorm two reductions)": {"LTX_KERNELS_ADALN_LN": "two"},
+        # candidate: staged, x loaded without allocating in L1 (a compile-time form)
+        "ours (staged, x no L1)": {"LTX_KERNELS_ADALN_MOD": "staged-stream"},
         "ours (blocks walk rows)": {"LTX_KERNELS_GRID": "walk"},
     },
     "gated": {

@@ -525,7 +525,12 @@ constexpr int kDirectCached = 4;
 // loads, into registers (early); or with x's loads, into shared memory by cp.async (staged:
 // early, but the bytes in flight hold no registers; each thread reads back only its own
 // slots, so no barrier; common/async_copy.cuh). Template ints, not an enum (see rms_norm_kernel).
-constexpr int kModLate = 0, kModEarly = 1, kModStaged = 2;
+// kModStagedStream (candidate, LTX_KERNELS_ADALN_MOD=staged-stream): staged, with x loaded
+// without allocating in L1 (Vec::load_stream: x is read once; the broadcast modulation rows
+// the SM's blocks share stay in L1). A compile-time form: the same choice as a run-time flag
+// cost the staged kernel 21-25% (RESULTS.md 2026-12-06 06:10, H100), and it was the only one
+// of that A/B's variants to move (FLUX LayerNorm -3.5% of the slower kernel).
+constexpr int kModLate = 0, kModEarly = 1, kModStaged = 2, kModStagedStream = 3;
 
 // Blocks of kDirectBlock threads per SM the register cap aims for. CUDA 13.0's ptxas
 // spills 8 bytes of the bf16 LayerNorm instantiation on sm_120 under the cap for 4.
@@ -553,7 +558,7 @@ __global__ void __launch_bounds__(kDirectBlock, kAdaDirectMinBlocks<kMod, C>)
     adaln_direct_kernel(AdaLnParams p) {
   constexpr int N = 16 / static_cast<int>(sizeof(T));
   constexpr bool kEarly = kMod == kModEarly;
-  constexpr bool kStaged = kMod == kModStaged;
+  constexpr bool kStaged = kMod == kModStaged || kMod == kModStagedStream;
   constexpr int CM = kEarly ? C : 1;  // modulation vectors held across the reduction
   using V = Vec<T, N>;
   __shared__ float scratch_mem[kRowScratchFloats];
@@ -607,7 +612,13 @@ __global__ void __launch_bounds__(kDirectBlock, kAdaDirectMinBlocks<kMod, C>)
 #pragma unroll
     for (int i = 0; i < C; ++i) {
       const int j = lane + i * p.tpr;
-      if (active && j < nvec) xc[i] = V::load(xr + j * N);
+      if (active && j < nvec) {
+        if constexpr (kMod == kModStagedStream) {
+          xc[i] = V::load_stream(xr + j * N);
+        } else {
+          xc[i] = V::load(xr + j * N);
+        }
+      }
     }
     if constexpr (kEarly) {
       each_mod_vector([&](int i, int64_t so, int64_t ho) {
@@ -697,7 +708,8 @@ bool launch_adaln_direct(AdaLnParams p, int vec, int mod, bool per_token, int de
   // C = 2 for per-token rows in the register forms (see the kernel), unless forced.
   const std::string_view c_switch = ab_switch("LTX_KERNELS_ADALN_C");
   const bool c2 = nvec <= 2LL * kDirectBlock &&
-                  (c_switch == "2" || (c_switch != "4" && per_token && mod != kModStaged));
+                  (c_switch == "2" || (c_switch != "4" && per_token && mod != kModStaged &&
+                                          mod != kModStagedStream));
   p.tpr = pow2_ceil(ceil_div(nvec, c2 ? 2 : kDirectCached));
   set_ln_merge(p, vec, c2 ? 2 : kDirectCached);
   const int64_t groups = kDirectBlock / p.tpr;
@@ -707,6 +719,7 @@ bool launch_adaln_direct(AdaLnParams p, int vec, int mod, bool per_token, int de
     switch (mod) {
       case kModEarly: run(adaln_direct_kernel<T, kLayer, kModEarly, C>); break;
       case kModStaged: run(adaln_direct_kernel<T, kLayer, kModStaged, C>); break;
+      case kModStagedStream: run(adaln_direct_kernel<T, kLayer, kModStagedStream, C>); break;
       default: run(adaln_direct_kernel<T, kLayer, kModLate, C>); break;
     }
   };
@@ -893,13 +906,14 @@ void adaln_launch(const at::Tensor& out2d, const at::Tensor& x2d, const at::Tens
   const bool direct_ok = ab_switch("LTX_KERNELS_ADALN_KERNEL") != "row";
   if (direct_ok && p.w == nullptr && xt == st &&
       xt == ht && xt == ot && (xt == at::kBFloat16 || xt == at::kHalf)) {
-    // LTX_KERNELS_ADALN_MOD=early / late / staged (an A/B switch, read per call) forces when
-    // and how the modulation is read.
+    // LTX_KERNELS_ADALN_MOD=early / late / staged / staged-stream (an A/B switch, read per
+    // call) forces when and how the modulation is read (staged-stream: a candidate, sm_80+).
     const std::string_view mod_switch = ab_switch("LTX_KERNELS_ADALN_MOD");
-    const int mod = mod_switch == "early"    ? kModEarly
-                    : mod_switch == "late"   ? kModLate
-                    : mod_switch == "staged" ? kModStaged
-                                             : -1;  // launch_adaln_direct chooses
+    const int mod = mod_switch == "early"           ? kModEarly
+                    : mod_switch == "late"          ? kModLate
+                    : mod_switch == "staged"        ? kModStaged
+                    : mod_switch == "staged-stream" ? kModStagedStream
+                                                    : -1;  // launch_adaln_direct chooses
     bool direct = false;
     dispatch_float(xt, [&](auto t) {
       using T = typename decltype(t)::type;

@@ -380,7 +380,7 @@ def test_broadcast_many_rows(shape, dtype, form):
 # broadcast ones, 2 vectors per thread for per-token rows of D <= 4096, else 4); the
 # kernels that take every other call (developer switch, read per call:
 # LTX_KERNELS_ADALN_KERNEL=row); the load order forced (LTX_KERNELS_ADALN_MOD=early / late /
-# staged); the vectors per thread forced (LTX_KERNELS_ADALN_C=2 / 4). Each on every shape: thousands of rows
+# staged / staged-stream); the vectors per thread forced (LTX_KERNELS_ADALN_C=2 / 4). Each on every shape: thousands of rows
 # (grid-stride loop), per-token and broadcast modulation, no shift, a width that leaves
 # threads idle in the last vector (5120), the widest it takes (8192), short rows (many rows
 # per block), LayerNorm, and rows enough for its grid-stride loop on an H200 (D = 8: 256
@@ -405,6 +405,9 @@ DIRECT_CHOICES = {
     "staged": {"LTX_KERNELS_ADALN_MOD": "staged"},
     "c2_staged": {"LTX_KERNELS_ADALN_C": "2", "LTX_KERNELS_ADALN_MOD": "staged"},
     "c4_staged": {"LTX_KERNELS_ADALN_C": "4", "LTX_KERNELS_ADALN_MOD": "staged"},
+    # candidate: staged, x loaded without allocating in L1
+    "staged_stream": {"LTX_KERNELS_ADALN_MOD": "staged-stream"},
+    "c2_staged_stream": {"LTX_KERNELS_ADALN_C": "2", "LTX_KERNELS_ADALN_MOD": "staged-stream"},
     # at most 64 blocks per SM walking the rows grid-stride (the default is a block per row
     # group: common/dispatch.cuh grid_cap)
     "grid_walk": {"LTX_KERNELS_GRID": "walk"},

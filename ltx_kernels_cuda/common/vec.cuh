@@ -149,6 +149,18 @@ struct alignas(sizeof(T) * N) Vec {
     memcpy(&out, &raw, sizeof(raw));
     return out;
   }
+  // load() without allocating the line in L1 (read-once data, so L1 keeps what the SM's
+  // other blocks read again). 16-byte vectors.
+  __device__ __forceinline__ static Vec load_stream(const T* p) {
+    static_assert(kBytes == 16, "16-byte vectors");
+    Raw raw;
+    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+        : "=r"(raw.x), "=r"(raw.y), "=r"(raw.z), "=r"(raw.w)
+        : "l"(p));
+    Vec out;
+    memcpy(&out, &raw, sizeof(raw));
+    return out;
+  }
   // 16- and 8-byte stores are written as one st.global.v4/v2 in PTX: from a plain uint4
   // assignment NVVM emitted four st.global.v2.u16 per 16 bytes when the Vec came from
   // packed pairs (activation kernels, nvcc 13, 2026-12-04: four STG.E per vector in SASS).
