@@ -147,12 +147,15 @@ def test_matches_module(device, d, x_dtype, semantics, w_dtype):
     assert_matches_module(out, expected, mid, f"vs {semantics} module")
     # ... and close to the round-once regime torch.compile produces: one ulp of the
     # output, or (fp32 output after a half-precision intermediate) of the intermediate.
+    # A half output after a half intermediate (the module rounds x / rms to `mid`, then the
+    # product) is two roundings against one: up to 2 ulps of the output (bf16 x, fp16 weight,
+    # diffusers: 2 ulps for ~1% of random inputs on the CPU, 2026-12-06; CI's first flake).
     once = round_once(x, w, eps, out.dtype)
     if out.dtype == torch.float32:
         rel = 1e-5 + (2 * unit_roundoff(mid) if mid is not None else 0.0)
         assert_near_exact(out, once.double(), rel, "vs round-once", atol_dtype=mid)
     else:
-        assert_ulp(out, once, max_ulp=1, what="vs round-once")
+        assert_ulp(out, once, max_ulp=1 if mid is None else 2, what="vs round-once")
 
 
 @requires_gpu
