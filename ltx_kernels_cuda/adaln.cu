@@ -152,6 +152,8 @@ __device__ __forceinline__ float cached_row_inv(bool active, const RowGroup& rg,
   mean = 0.f;
   if constexpr (kLayer) {
     if (per_thread > 0.f) {
+      // (the sum computed in each branch: hoisted above the branch, ptxas gave the fp16
+      // staged LayerNorm kernel 64 registers instead of 60 on sm_90)
       const float s = cached_sum<C, N, false, false>(active, rg.lane, rg.tpr, nvec, 0.f, elem);
       const float m = s * inv_per_thread;
       const float m2 = cached_sum<C, N, true, true>(active, rg.lane, rg.tpr, nvec, m, elem);
@@ -531,6 +533,8 @@ constexpr int kDirectCached = 4;
 // cost the staged kernel 21-25% (RESULTS.md 2026-12-06 06:10, H100), and it was the only one
 // of that A/B's variants to move (FLUX LayerNorm -3.5% of the slower kernel).
 constexpr int kModLate = 0, kModEarly = 1, kModStaged = 2, kModStagedStream = 3;
+// The forms that queue the modulation into shared memory.
+constexpr bool mod_staged(int mod) { return mod == kModStaged || mod == kModStagedStream; }
 
 // Blocks of kDirectBlock threads per SM the register cap aims for. CUDA 13.0's ptxas
 // spills 8 bytes of the bf16 LayerNorm instantiation on sm_120 under the cap for 4.
@@ -558,7 +562,7 @@ __global__ void __launch_bounds__(kDirectBlock, kAdaDirectMinBlocks<kMod, C>)
     adaln_direct_kernel(AdaLnParams p) {
   constexpr int N = 16 / static_cast<int>(sizeof(T));
   constexpr bool kEarly = kMod == kModEarly;
-  constexpr bool kStaged = kMod == kModStaged || kMod == kModStagedStream;
+  constexpr bool kStaged = mod_staged(kMod);
   constexpr int CM = kEarly ? C : 1;  // modulation vectors held across the reduction
   using V = Vec<T, N>;
   __shared__ float scratch_mem[kRowScratchFloats];
@@ -708,8 +712,7 @@ bool launch_adaln_direct(AdaLnParams p, int vec, int mod, bool per_token, int de
   // C = 2 for per-token rows in the register forms (see the kernel), unless forced.
   const std::string_view c_switch = ab_switch("LTX_KERNELS_ADALN_C");
   const bool c2 = nvec <= 2LL * kDirectBlock &&
-                  (c_switch == "2" || (c_switch != "4" && per_token && mod != kModStaged &&
-                                          mod != kModStagedStream));
+                  (c_switch == "2" || (c_switch != "4" && per_token && !mod_staged(mod)));
   p.tpr = pow2_ceil(ceil_div(nvec, c2 ? 2 : kDirectCached));
   set_ln_merge(p, vec, c2 ? 2 : kDirectCached);
   const int64_t groups = kDirectBlock / p.tpr;
