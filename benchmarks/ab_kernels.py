@@ -26,7 +26,7 @@ launchers read these per call: LTX_KERNELS_RMS_KERNEL=row forces rms_norm_kernel
 LTX_KERNELS_ADALN_KERNEL=row the AdaLN kernels other than adaln_direct_kernel;
 LTX_KERNELS_ADALN_C=2 / 4 forces adaln_direct_kernel's vectors per thread,
 LTX_KERNELS_ADALN_MOD=early / late / staged / staged-stream when and how it loads scale / shift
-(staged-stream: staged, x loaded without allocating in L1; a candidate),
+(staged-stream: staged, x loaded without allocating in L1; the per-token default),
 LTX_KERNELS_ADALN_LN=two LayerNorm's statistics in two reductions instead of one;
 LTX_KERNELS_GELU_TABLE=0 computes GELU of 16-bit dtypes instead of reading a table,
 =full / =compact reads the full / compact one (defaults: bf16 compact, fp16 full; computed
@@ -37,7 +37,9 @@ rows / rows128 gives the computed GELU / GEGLU kernel 32 blocks per SM walking t
 LTX_KERNELS_GEGLU_PACKED=0 computes GEGLU's product in fp32 instead of on packed pairs; LTX_KERNELS_PDL=0 launches
 rms_norm_direct_kernel and rope_kernel without programmatic dependent launch
 (common/pdl.cuh); LTX_KERNELS_RMS_DECODE_C=4 gives decode-sized rows 4 vectors per thread
-instead of 2; LTX_KERNELS_RMS_SHORT=0 keeps per-head rows of many tokens on the direct
+instead of 2; LTX_KERNELS_RMS_W=late loads the weight of weighted rows (grids over one
+block per SM) after each reduction instead of queueing it once per block into shared memory;
+LTX_KERNELS_RMS_SHORT=0 keeps per-head rows of many tokens on the direct
 kernel, =2 gives rms_norm_short_kernel 2 rows per thread instead of 4;
 LTX_KERNELS_ROPE_WIDE_SLOTS=0 keeps RoPE calls of few tokens to the narrower head split,
 =1 / =4 gives them a slot per head pair within 1 / 4 blocks per SM instead of 2;
@@ -88,6 +90,8 @@ VARIANTS = {
         "ours": {},
         "ours (no short rows)": {"LTX_KERNELS_RMS_SHORT": "0"},
         "ours (blocks walk rows)": {"LTX_KERNELS_GRID": "walk"},
+        # the weight loaded after each reduction (the default before 2026-12-06 08:00)
+        "ours (weight late)": {"LTX_KERNELS_RMS_W": "late"},
     },
     "rmsnorm_small": {
         "ours": {},
@@ -105,8 +109,10 @@ VARIANTS = {
         "ours (C=2, modulation staged)": {"LTX_KERNELS_ADALN_C": "2", "LTX_KERNELS_ADALN_MOD": "staged"},
         # LayerNorm's mean and centred squares in two reductions (before 2026-12-06)
         "ours (LayerNorm two reductions)": {"LTX_KERNELS_ADALN_LN": "two"},
-        # candidate: staged, x loaded without allocating in L1 (a compile-time form)
+        # staged, x loaded without allocating in L1 (per-token modulation's default since
+        # 2026-12-06 08:00) / through L1 (broadcast modulation's default)
         "ours (staged, x no L1)": {"LTX_KERNELS_ADALN_MOD": "staged-stream"},
+        "ours (staged, x through L1)": {"LTX_KERNELS_ADALN_MOD": "staged"},
         "ours (blocks walk rows)": {"LTX_KERNELS_GRID": "walk"},
     },
     "gated": {

@@ -527,11 +527,13 @@ constexpr int kDirectCached = 4;
 // loads, into registers (early); or with x's loads, into shared memory by cp.async (staged:
 // early, but the bytes in flight hold no registers; each thread reads back only its own
 // slots, so no barrier; common/async_copy.cuh). Template ints, not an enum (see rms_norm_kernel).
-// kModStagedStream (candidate, LTX_KERNELS_ADALN_MOD=staged-stream): staged, with x loaded
-// without allocating in L1 (Vec::load_stream: x is read once; the broadcast modulation rows
-// the SM's blocks share stay in L1). A compile-time form: the same choice as a run-time flag
-// cost the staged kernel 21-25% (RESULTS.md 2026-12-06 06:10, H100), and it was the only one
-// of that A/B's variants to move (FLUX LayerNorm -3.5% of the slower kernel).
+// kModStagedStream (the default for per-token modulation where staged fits): staged, with x
+// loaded without allocating in L1 (Vec::load_stream). A per-token call reads nothing twice,
+// so L1 lines buy it nothing. H100 bf16, 2026-12-06 07:48 (RESULTS.md, clean cold L2,
+// medians of 3): per-token [2, 8064, 2048] 85.54 -> 84.77 µs; with broadcast modulation it
+// lost 1.4-2.0% (LTX RMS 44.38 -> 45.25, 13B 87.10 -> 88.54, LayerNorm 45.41 -> 46.05) but
+// for FLUX's LayerNorm (23.78 -> 23.33), so broadcast calls keep x in L1. A compile-time
+// form: the same choice as a run-time flag cost the staged kernel 21-25% (06:10).
 constexpr int kModLate = 0, kModEarly = 1, kModStaged = 2, kModStagedStream = 3;
 // The forms that queue the modulation into shared memory.
 constexpr bool mod_staged(int mod) { return mod == kModStaged || mod == kModStagedStream; }
@@ -694,8 +696,9 @@ bool staged_fits(int device) {
 // Launches adaln_direct_kernel for a call it takes (see above; the caller checked the
 // dtypes, the weight and the rounding form); false, launching nothing, otherwise.
 // per_token: every row has its own modulation row (C = 2 then in the register forms).
-// mod: kModLate / kModEarly / kModStaged forced, or -1: staged where it fits (staged_fits),
-// else early for per-token modulation and late for broadcast modulation.
+// mod: kModLate / kModEarly / kModStaged / kModStagedStream forced, or -1: staged where it
+// fits (staged_fits; per-token modulation with x loaded past L1: kModStagedStream), else
+// early for per-token modulation and late for broadcast modulation.
 // Staged is the default since the H200 A/B of 2026-12-06 03:08 (RESULTS.md; bf16, clean
 // cold L2, medians of 3): it keeps the early form's bytes in flight without its registers.
 // Broadcast [2, 8064, 2048] RMS 37.50 -> 35.01 µs, [2, 8064, 4096] 69.79 -> 67.23,
@@ -708,7 +711,10 @@ bool launch_adaln_direct(AdaLnParams p, int vec, int mod, bool per_token, int de
   constexpr int N = 16 / static_cast<int>(sizeof(T));
   const int64_t nvec = p.cols / vec;
   if (vec != N || nvec > static_cast<int64_t>(kDirectCached) * kDirectBlock) return false;
-  if (mod < 0) mod = staged_fits<T, kLayer>(device) ? kModStaged : per_token ? kModEarly : kModLate;
+  if (mod < 0) {
+    mod = staged_fits<T, kLayer>(device) ? (per_token ? kModStagedStream : kModStaged)
+                                         : (per_token ? kModEarly : kModLate);
+  }
   // C = 2 for per-token rows in the register forms (see the kernel), unless forced.
   const std::string_view c_switch = ab_switch("LTX_KERNELS_ADALN_C");
   const bool c2 = nvec <= 2LL * kDirectBlock &&
@@ -910,7 +916,7 @@ void adaln_launch(const at::Tensor& out2d, const at::Tensor& x2d, const at::Tens
   if (direct_ok && p.w == nullptr && xt == st &&
       xt == ht && xt == ot && (xt == at::kBFloat16 || xt == at::kHalf)) {
     // LTX_KERNELS_ADALN_MOD=early / late / staged / staged-stream (an A/B switch, read per
-    // call) forces when and how the modulation is read (staged-stream: a candidate, sm_80+).
+    // call) forces when and how the modulation is read (staged forms: sm_80+).
     const std::string_view mod_switch = ab_switch("LTX_KERNELS_ADALN_MOD");
     const int mod = mod_switch == "early"           ? kModEarly
                     : mod_switch == "late"          ? kModLate

@@ -11,6 +11,7 @@
 #include <type_traits>
 
 #include "../torch-ext/torch_binding.h"
+#include "common/async_copy.cuh"
 #include "common/dispatch.cuh"
 #include "common/reduce.cuh"
 #include "common/row_order.cuh"
@@ -202,18 +203,35 @@ template <int C>
 constexpr int kDirectMinBlocks = C >= 4 ? 4 : 6;
 #endif
 
-// kEarlyW: the weight's vectors are loaded with x's, before the reduction, instead of after
-// it. For grids of at most one block per SM (few rows: LLM decoding, small batches; the
-// shapes CUDA graphs replay), where a call's time is a chain of latencies and occupancy
-// does not matter, this takes one dependent memory round trip (~0.5 µs) off the chain; it
-// costs C more 16-byte registers, so those instantiations are not capped for occupancy.
-template <typename T, int kMid, int C, bool kEarlyW>
-__global__ void __launch_bounds__(kBlock, kEarlyW ? 1 : kDirectMinBlocks<C>)
+// When the kernel reads the weight (kW). Late (kWLate): after the reduction, an L1 / L2 round
+// trip between the reduction and the first store of every row. Early (kWEarly): with x's
+// loads, before the reduction. For grids of at most one block per SM (few rows: LLM
+// decoding, small batches; the shapes CUDA graphs replay), where a call's time is a chain of
+// latencies and occupancy does not matter, this takes one dependent memory round trip
+// (~0.5 µs) off the chain; it costs C more 16-byte registers, so those instantiations are
+// not capped for occupancy. Staged (kWStaged, the default for the other weighted grids where
+// it fits): the thread's C weight vectors queued once per block into its own shared-memory
+// slots by cp.async (sm_80+), before the first row's x, and read back after each reduction:
+// the early form's latency at no register cost (as AdaLN's staged modulation, adaln.cu).
+// The weight is the same for every row and a lane always holds the same columns, so one
+// copy serves all the block's rows. H100 bf16, 2026-12-06 07:59 (RESULTS.md, clean cold L2,
+// medians of 3): 4096 x 8192 44.42 -> 43.58 µs (compile 44.19), 16384 x 4096 89.38 -> 88.48
+// (compile 89.66); registers unchanged (sm_90 bf16 C = 4: 64).
+// Template ints, not an enum (see rms_norm_kernel).
+constexpr int kWLate = 0, kWEarly = 1, kWStaged = 2;
+
+template <typename T, int kMid, int C, int kW>
+__global__ void __launch_bounds__(kBlock, kW == kWEarly ? 1 : kDirectMinBlocks<C>)
     rms_norm_direct_kernel(RmsNormParams p) {
   constexpr int N = 16 / static_cast<int>(sizeof(T));
+  constexpr bool kEarlyW = kW == kWEarly;
+  constexpr bool kStagedW = kW == kWStaged;
   using V = Vec<T, N>;
   __shared__ float scratch_mem[kRowScratchFloats];
   RowScratch scratch{scratch_mem};
+  // kStagedW: this thread's C weight vectors, slot-major (a warp's slots consecutive).
+  __shared__ uint4 w_slots[kStagedW ? C * kBlock : 1];
+  auto w_slot = [&](int i) -> uint4* { return &w_slots[i * kBlock + threadIdx.x]; };
   const T* x = static_cast<const T*>(p.x);
   const T* w = static_cast<const T*>(p.w);
   T* out = static_cast<T*>(p.out);
@@ -224,6 +242,17 @@ __global__ void __launch_bounds__(kBlock, kEarlyW ? 1 : kDirectMinBlocks<C>)
   // the first global access, and let the next one be scheduled now (it waits likewise).
   pdl_wait();
   pdl_launch_dependents();
+  if constexpr (kStagedW) {
+    // Through L1 (.ca): the SM's other blocks read the same weight.
+    if (w != nullptr) {
+#pragma unroll
+      for (int i = 0; i < C; ++i) {
+        const int j = lane + i * p.tpr;
+        if (j < nvec) cp_async<16, true>(w_slot(i), w + j * N);
+      }
+    }
+    cp_async_commit();
+  }
   // Every thread runs the same number of iterations: row_sum needs all of them.
   const BlockRows br = block_rows(p.rows, rg.groups);
   for (int64_t base = br.begin; base < br.end; base += br.step) {
@@ -247,16 +276,30 @@ __global__ void __launch_bounds__(kBlock, kEarlyW ? 1 : kDirectMinBlocks<C>)
     ss = row_sum(ss, rg, scratch);
     const float inv = rsqrtf(ss * p.inv_cols + p.eps);
     if (!active) continue;
+    if constexpr (kStagedW) cp_async_wait<0>();  // the first row's wait; a no-op after it
     T* orow = out + row * p.out_stride;
 #pragma unroll
     for (int i = 0; i < C; ++i) {
       const int j = lane + i * p.tpr;
       if (j >= nvec) continue;
       scale_store<T, static_cast<Round>(kMid)>(
-          cur[i], inv, w != nullptr, [&] { return kEarlyW ? wv[i] : V::load(w + j * N); },
+          cur[i], inv, w != nullptr,
+          [&] {
+            if constexpr (kEarlyW) {
+              return wv[i];
+            } else if constexpr (kStagedW) {
+              V v;
+              const uint4 raw = *w_slot(i);
+              memcpy(&v, &raw, sizeof(raw));
+              return v;
+            } else {
+              return V::load(w + j * N);
+            }
+          },
           orow + j * N);
     }
   }
+  if constexpr (kStagedW) cp_async_wait<0>();  // a thread with no active row leaves nothing queued
 }
 
 // ---- short rows (the per-head norms) -----------------------------------------------
@@ -318,6 +361,21 @@ __global__ void __launch_bounds__(kBlock, kDirectMinBlocks<R>)
 
 // Launches rms_norm_direct_kernel for a call it takes (16-byte vectors, rows of at most
 // 4 * kBlock vectors); false, launching nothing, otherwise.
+// Whether the staged-weight form runs as planned on this device: cp.async (sm_80+) and as
+// many blocks per SM as the register cap aims for, with their C * 4 KB of slots each.
+// Answered once per instantiation and device (a plain array read on every launch).
+template <typename T, int kMid, int C>
+bool w_staged_fits(int device) {
+  static int fits[64] = {};  // 1: fits, 2: does not
+  return per_device(fits, device, 2, [&] {
+    const auto kernel = rms_norm_direct_kernel<T, kMid, C, kWStaged>;
+    const bool ok = cc_major(device) >= 8 &&
+                    resident_blocks(reinterpret_cast<const void*>(kernel), kBlock, 0, device) >=
+                        kDirectMinBlocks<C>;
+    return ok ? 1 : 2;
+  }) == 1;
+}
+
 template <typename T, int kMid>
 bool launch_rms_norm_direct(RmsNormParams p, int vec, int device, cudaStream_t stream) {
   constexpr int N = 16 / static_cast<int>(sizeof(T));
@@ -359,15 +417,25 @@ bool launch_rms_norm_direct(RmsNormParams p, int vec, int device, cudaStream_t s
   // blocks as SMs (H200, CUDA-graph replay, 2026-12-05: 0.3-0.6 µs faster than loading it
   // after the reduction at every decode shape timed; RESULTS.md).
   const bool early_w = p.w != nullptr && one_wave(p.tpr);
+  // The other weighted grids: the weight staged in shared memory where that fits, else
+  // loaded late. LTX_KERNELS_RMS_W=late (read per call: an A/B switch) keeps it late.
+  const bool staged_w = !early_w && p.w != nullptr && ab_switch("LTX_KERNELS_RMS_W") != "late" &&
+                        (cache == 4 ? w_staged_fits<T, kMid, 4>(device) : w_staged_fits<T, kMid, 2>(device));
   // Programmatic dependent launch on sm_90+ (common/pdl.cuh: the gap between kernels, most
   // of a decode-sized call under CUDA-graph replay).
   const bool pdl = pdl_requested(device);
-  auto go = [&](auto kernel) { launch_rows(kernel, p, kBlock, groups, device, stream, pdl); };
-  if (cache == 4) {
-    early_w ? go(rms_norm_direct_kernel<T, kMid, 4, true>) : go(rms_norm_direct_kernel<T, kMid, 4, false>);
-  } else {
-    early_w ? go(rms_norm_direct_kernel<T, kMid, 2, true>) : go(rms_norm_direct_kernel<T, kMid, 2, false>);
-  }
+  auto go = [&](auto c) {
+    constexpr int C = decltype(c)::value;
+    auto run = [&](auto kernel) { launch_rows(kernel, p, kBlock, groups, device, stream, pdl); };
+    if (early_w) {
+      run(rms_norm_direct_kernel<T, kMid, C, kWEarly>);
+    } else if (staged_w) {
+      run(rms_norm_direct_kernel<T, kMid, C, kWStaged>);
+    } else {
+      run(rms_norm_direct_kernel<T, kMid, C, kWLate>);
+    }
+  };
+  cache == 4 ? go(std::integral_constant<int, 4>{}) : go(std::integral_constant<int, 2>{});
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return true;
 }

@@ -405,7 +405,7 @@ DIRECT_CHOICES = {
     "staged": {"LTX_KERNELS_ADALN_MOD": "staged"},
     "c2_staged": {"LTX_KERNELS_ADALN_C": "2", "LTX_KERNELS_ADALN_MOD": "staged"},
     "c4_staged": {"LTX_KERNELS_ADALN_C": "4", "LTX_KERNELS_ADALN_MOD": "staged"},
-    # candidate: staged, x loaded without allocating in L1
+    # staged, x loaded without allocating in L1 (the per-token default where staged fits)
     "staged_stream": {"LTX_KERNELS_ADALN_MOD": "staged-stream"},
     "c2_staged_stream": {"LTX_KERNELS_ADALN_C": "2", "LTX_KERNELS_ADALN_MOD": "staged-stream"},
     # at most 64 blocks per SM walking the rows grid-stride (the default is a block per row

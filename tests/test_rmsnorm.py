@@ -199,6 +199,22 @@ def test_one_dtype_kernel_few_rows_weight_early(rows, d, x_dtype, semantics):
     check_one_dtype_rows(rows, d, x_dtype, semantics, with_weight=True)
 
 
+@requires_gpu
+@pytest.mark.parametrize("w_form", ["", "late"], ids=["staged", "late"])
+@pytest.mark.parametrize("rows,d", [(4099, 8192), (16387, 4096), (2051, 5120), (3001, 1000), (40000, 256)])
+def test_one_dtype_kernel_weight_forms(monkeypatch, w_form, rows, d):
+    """rms_norm_direct_kernel's weight read back from shared-memory slots queued once per
+    block (staged: the default) or loaded after each reduction (late), over many rows (grid-stride
+    walk too): 4 and 2 vectors per thread, rows leaving threads idle (5120, 1000), every dtype
+    and rounding form; out poisoned with NaN."""
+    monkeypatch.setenv("LTX_KERNELS_RMS_W", w_form)
+    for grid in ("", "walk"):
+        monkeypatch.setenv("LTX_KERNELS_GRID", grid)
+        for x_dtype in DTYPES:
+            for semantics in ("llama", "diffusers", "torch"):
+                check_one_dtype_rows(rows, d, x_dtype, semantics, with_weight=True)
+
+
 # Decode-sized rows: the default (programmatic dependent launch on sm_90+, 2 vectors per
 # thread where the grid stays within one block per SM) and each switched off (developer
 # switches, read per call).
