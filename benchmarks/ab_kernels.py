@@ -49,7 +49,8 @@ group (`--op rope`, `--op gated`, `--op rmsnorm`, `--op adaln`); LTX_KERNELS_ROP
 keeps RoPE calls of many tokens on the power-of-two head split instead of the slot count
 that fills every pass of head pairs (Llama's 32 + 8 heads: 8 slots instead of 4; `--op rope`,
 `--op rope_small`); LTX_KERNELS_ROPE_ORDER=position walks RoPE's tokens position-major instead
-of batch-major (`--op rope`); `--op qk` times LTX's q/k prologue (its rows stay
+of batch-major (`--op rope`); `--op qk` times LTX's q/k prologue (LTX_KERNELS_QK_TABLES=prefetch, a
+candidate, asks for each token's table rows in L2 before the reduction; its rows stay
 position-major: batch-major lost 9-17% on the H100, 2026-12-06).
 Decided candidates leave their switch behind or are dropped (2026-12-05: adaln_direct_kernel,
 the early weight, the GELU table, the packed rotate-half form, then PDL, decode C = 2, the
@@ -140,6 +141,8 @@ VARIANTS = {
     "qk": {
         "ours": {},
         "ours (blocks walk tokens)": {"LTX_KERNELS_GRID": "walk"},
+        # candidate: the token's table rows asked for in L2 before the reduction
+        "ours (tables prefetched to L2)": {"LTX_KERNELS_QK_TABLES": "prefetch"},
     },
     "rope_small": {
         "ours": {},
@@ -336,7 +339,8 @@ def rope_ltx_cases(k, dev, g):
 def qk_cases(k, dev, g):
     """LTX-Video's attention prologue (rmsnorm_rope_qk: weighted RMSNorm of q and k, then the
     interleaved rotation) on [2, 8064, 2048] bf16, with fp32 tables shared by the CFG batch
-    (stride 0): pair tables [B, S, D/2] and full ones [B, S, D] (bench_ops' qk_prologue)."""
+    (stride 0): pair tables [B, S, D/2] and full ones [B, S, D]; and full tables of their own
+    per batch entry, as diffusers' LTX pipeline passes them (bench_ops' qk_prologue)."""
     shape = (2, 8064, 2048)
     q = torch.randn(shape, device=dev, generator=g).to(torch.bfloat16)
     kk = torch.randn(shape, device=dev, generator=g).to(torch.bfloat16)
@@ -347,6 +351,10 @@ def qk_cases(k, dev, g):
         cases.append(Case(f"qk_prologue q,k 2x8064x2048 {name}",
                           (lambda c, s: lambda: k.rmsnorm_rope_qk(q, kk, qw, kw, c, s, 1e-6))(c, s),
                           ref, (q, kk, qw, kw, c, s), 2 * nbytes(q, kk) + nbytes(qw, kw, c[:1], s[:1])))
+    c, s = (torch.randn(2, 8064, 2048, device=dev, generator=g) for _ in range(2))
+    cases.append(Case("qk_prologue q,k 2x8064x2048 full tables [B,S,D]",
+                      lambda: k.rmsnorm_rope_qk(q, kk, qw, kw, c, s, 1e-6),
+                      ref_qk_prologue, (q, kk, qw, kw, c, s), 2 * nbytes(q, kk) + nbytes(qw, kw, c, s)))
     return cases
 
 

@@ -116,8 +116,20 @@ __device__ __forceinline__ void store_rotated(const float* n, const float* c, co
   store_n<T, N, kVec>(r, o);
 }
 
+// Asks for the 128-byte line holding `ptr` to be brought into L2 (a hint: no register or
+// shared memory waits for it, nothing faults).
+__device__ __forceinline__ void prefetch_l2(const void* ptr) {
+  asm volatile("prefetch.global.L2 [%0];" ::"l"(ptr));
+}
+
 // kTab: how the tables are read when there are any (common/rope_tables.cuh).
-template <typename T, typename Tw, int N, bool kVec, int kTab>
+// kPrefetch (candidate, LTX_KERNELS_QK_TABLES=prefetch; calls with tables): as soon as q's and
+// k's loads are issued, the row group's lanes ask for the token's cos / sin rows in L2, a share
+// of their 128-byte lines each, so the table loads after the reduction are L2 hits instead of
+// a second DRAM round trip. The H200 medians (2026-12-06 02:54) had the prologue at 83% of
+// copy (H100 95%): its tables are half the bytes it reads. Staging them in shared memory
+// instead (cp.async, 169ef6a) cost registers: 132, one block per SM, +17% on the H100.
+template <typename T, typename Tw, int N, bool kVec, int kTab, bool kPrefetch = false>
 __global__ void rmsnorm_rope_qk_kernel(QkParams p) {
   __shared__ float scratch_mem[kRowScratchFloats];
   RowScratch scratch{scratch_mem};
@@ -150,6 +162,21 @@ __global__ void rmsnorm_rope_qk_kernel(QkParams p) {
       for (int c = 0; c < kCached; ++c) {
         const int j = lane + c * p.tpr;
         if (live[t] && j < nvec) cache[t][c] = load_n<T, N, kVec>(xr[t] + j * N);
+      }
+    }
+    if constexpr (kPrefetch) {
+      if (rope && i < p.tokens) {
+        // (b, s) straight from i (position-major: the row is b * seq + s).
+        const int64_t b = i % p.batch, s = i / p.batch;
+        const char* rows[2] = {reinterpret_cast<const char*>(p.cos + b * p.cos_b + s * p.cos_s),
+                               reinterpret_cast<const char*>(p.sin + b * p.sin_b + s * p.sin_s)};
+        const int row_bytes = p.cols * static_cast<int>(sizeof(float)) / (kTab == kPairTables ? 2 : 1);
+#pragma unroll
+        for (int t = 0; t < 2; ++t) {
+          for (int off = lane * 128; off < row_bytes; off += p.tpr * 128) prefetch_l2(rows[t] + off);
+          // A row that does not start on a line also ends in one more.
+          if (lane == 0) prefetch_l2(rows[t] + row_bytes - 1);
+        }
       }
     }
 #pragma unroll
@@ -285,6 +312,9 @@ void rmsnorm_rope_qk_launch(const at::Tensor& q_out2d, const at::Tensor& q2d,
   auto launch = [&](auto full, auto pair) {
     return tables == kPairTables ? launch_kernel(pair) : launch_kernel(full);
   };
+  // Candidate (developer switch, read per call): LTX_KERNELS_QK_TABLES=prefetch gives 8-wide
+  // calls with tables the kernel's kPrefetch form.
+  const bool prefetch = rope && vec == 8 && ab_switch("LTX_KERNELS_QK_TABLES") == "prefetch";
 
   dispatch_float(x_dtype, [&](auto xt) {
     using T = typename decltype(xt)::type;
@@ -295,6 +325,10 @@ void rmsnorm_rope_qk_launch(const at::Tensor& q_out2d, const at::Tensor& q2d,
         switch (vec) {
           case 8:
             if constexpr (8 * widest <= 16) {
+              if (prefetch) {
+                return launch(rmsnorm_rope_qk_kernel<T, Tw, 8, true, kFullTables, true>,
+                              rmsnorm_rope_qk_kernel<T, Tw, 8, true, kPairTables, true>);
+              }
               return launch(rmsnorm_rope_qk_kernel<T, Tw, 8, true, kFullTables>,
                             rmsnorm_rope_qk_kernel<T, Tw, 8, true, kPairTables>);
             }

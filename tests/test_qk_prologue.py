@@ -251,6 +251,40 @@ def test_gpu_grid_walk(monkeypatch):
 
 
 @requires_gpu
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("d", [2048, 4096, 128])
+def test_gpu_tables_prefetch(monkeypatch, dtype, d):
+    """The candidate that asks for the token's table rows in L2 before the reduction
+    (LTX_KERNELS_QK_TABLES=prefetch) gives the default kernel's bits for every table form:
+    [B, S, D] full tables, a stride-0 batch, [S, D], pair tables [B, S, D/2], and table rows
+    that start 16 bytes past a 128-byte line (its last line prefetched too); and eager's
+    result with the full tables."""
+    dev = "cuda"
+    batch, seq = 2, 1031
+    q = torch.randn(batch, seq, d, device=dev).mul(3).to(dtype)
+    k = torch.randn(batch, seq, d, device=dev).to(dtype)
+    nq, nk = norms(d, dtype, dtype, dev)
+    angle = torch.randn(batch, seq, d // 2, device=dev).mul(10)
+    pc, ps = angle.cos(), angle.sin()
+    fc, fs = pc.repeat_interleave(2, -1), ps.repeat_interleave(2, -1)
+    wide = torch.randn(batch, seq, d + 4, device=dev)
+    wide[..., 4:] = fc
+    forms = {"full": (fc, fs), "stride-0 batch": (fc[:1].expand(batch, -1, -1), fs[:1].expand(batch, -1, -1)),
+             "[S, D]": (fc[0], fs[0]), "pair": (pc, ps), "offset rows": (wide[..., 4:], fs)}
+    for name, (c, s) in forms.items():
+        outs = []
+        for switch in ("", "prefetch"):
+            monkeypatch.setenv("LTX_KERNELS_QK_TABLES", switch)
+            outs.append(kernel.rmsnorm_rope_qk(q, k, nq.weight, nk.weight, c, s, 1e-5))
+        (dq, dk), (pq, pk) = outs
+        assert torch.equal(dq, pq) and torch.equal(dk, pk), f"{name}: prefetch form differs from the default"
+        if name == "full":
+            rq, rk = eager(q, k, nq, nk, c, s)
+            assert_matches_eager(pq, rq, "q")
+            assert_matches_eager(pk, rk, "k")
+
+
+@requires_gpu
 def test_gpu_real_shape_and_tail():
     """LTX 2B shape (B=2, 2688 tokens, D=2048) and D=4096 (13B) vs eager; plus a row longer
     than the register cache (tail re-read) and fp32."""
