@@ -359,8 +359,6 @@ __global__ void __launch_bounds__(kBlock, kDirectMinBlocks<R>)
   }
 }
 
-// Launches rms_norm_direct_kernel for a call it takes (16-byte vectors, rows of at most
-// 4 * kBlock vectors); false, launching nothing, otherwise.
 // Whether the staged-weight form runs as planned on this device: cp.async (sm_80+) and as
 // many blocks per SM as the register cap aims for, with their C * 4 KB of slots each.
 // Answered once per instantiation and device (a plain array read on every launch).
@@ -376,6 +374,8 @@ bool w_staged_fits(int device) {
   }) == 1;
 }
 
+// Launches rms_norm_direct_kernel for a call it takes (16-byte vectors, rows of at most
+// 4 * kBlock vectors); false, launching nothing, otherwise.
 template <typename T, int kMid>
 bool launch_rms_norm_direct(RmsNormParams p, int vec, int device, cudaStream_t stream) {
   constexpr int N = 16 / static_cast<int>(sizeof(T));
