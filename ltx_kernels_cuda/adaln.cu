@@ -680,17 +680,11 @@ __global__ void __launch_bounds__(kDirectBlock, kAdaDirectMinBlocks<kMod, C>)
 // Whether the staged form runs as planned on this device: cp.async (sm_80+) and 4 blocks
 // per SM with their 32 KB of slots each (sm_80 / 90 / 100 have 164-228 KB of shared memory
 // per SM; sm_86 / 89 / 120 have 100 KB, 3 blocks, untimed: they keep the register forms).
-// Answered once per instantiation and device: a plain array read on every launch, not the
-// occupancy memo's lock and map.
 template <typename T, bool kLayer>
 bool staged_fits(int device) {
-  static int fits[64] = {};  // 1: fits, 2: does not
-  return per_device(fits, device, 2, [&] {
-    const auto kernel = adaln_direct_kernel<T, kLayer, kModStaged, kDirectCached>;
-    const bool ok = cc_major(device) >= 8 &&
-                    resident_blocks(reinterpret_cast<const void*>(kernel), kDirectBlock, 0, device) >= 4;
-    return ok ? 1 : 2;
-  }) == 1;
+  static int fits[64] = {};
+  const auto kernel = adaln_direct_kernel<T, kLayer, kModStaged, kDirectCached>;
+  return staging_fits(fits, reinterpret_cast<const void*>(kernel), kDirectBlock, 4, device);
 }
 
 // Launches adaln_direct_kernel for a call it takes (see above; the caller checked the

@@ -359,19 +359,14 @@ __global__ void __launch_bounds__(kBlock, kDirectMinBlocks<R>)
   }
 }
 
-// Whether the staged-weight form runs as planned on this device: cp.async (sm_80+) and as
-// many blocks per SM as the register cap aims for, with their C * 4 KB of slots each.
-// Answered once per instantiation and device (a plain array read on every launch).
+// Whether the staged-weight form runs as planned on this device (common/dispatch.cuh
+// staging_fits): as many blocks per SM as the register cap aims for, with their C * 4 KB of
+// slots each.
 template <typename T, int kMid, int C>
 bool w_staged_fits(int device) {
-  static int fits[64] = {};  // 1: fits, 2: does not
-  return per_device(fits, device, 2, [&] {
-    const auto kernel = rms_norm_direct_kernel<T, kMid, C, kWStaged>;
-    const bool ok = cc_major(device) >= 8 &&
-                    resident_blocks(reinterpret_cast<const void*>(kernel), kBlock, 0, device) >=
-                        kDirectMinBlocks<C>;
-    return ok ? 1 : 2;
-  }) == 1;
+  static int fits[64] = {};
+  const auto kernel = rms_norm_direct_kernel<T, kMid, C, kWStaged>;
+  return staging_fits(fits, reinterpret_cast<const void*>(kernel), kBlock, kDirectMinBlocks<C>, device);
 }
 
 // Launches rms_norm_direct_kernel for a call it takes (16-byte vectors, rows of at most

@@ -179,6 +179,19 @@ inline int resident_blocks(const void* kernel, int block, size_t smem, int devic
   });
 }
 
+// Whether a kernel that stages operands in shared memory with cp.async runs as planned on
+// `device`: cp.async (sm_80+) and at least `min_blocks` of its `block`-thread blocks resident
+// per SM (static shared memory included). Answered once per device into the caller's
+// `cache` (one per kernel instantiation): a plain array read on every launch, not the
+// occupancy memo's lock and map.
+inline bool staging_fits(int (&cache)[64], const void* kernel, int block, int min_blocks,
+                         int device) {
+  return per_device(cache, device, 2, [&] {
+    const bool ok = cc_major(device) >= 8 && resident_blocks(kernel, block, 0, device) >= min_blocks;
+    return ok ? 1 : 2;
+  }) == 1;
+}
+
 // The most threads a block of `kernel` may have (its registers decide it), asked of the
 // runtime once per (kernel, device): cudaFuncGetAttributes is host time that every small
 // eager call paid when asked per launch.
