@@ -49,9 +49,10 @@ group (`--op rope`, `--op gated`, `--op rmsnorm`, `--op adaln`); LTX_KERNELS_ROP
 keeps RoPE calls of many tokens on the power-of-two head split instead of the slot count
 that fills every pass of head pairs (Llama's 32 + 8 heads: 8 slots instead of 4; `--op rope`,
 `--op rope_small`); LTX_KERNELS_ROPE_ORDER=position walks RoPE's tokens position-major instead
-of batch-major (`--op rope`); `--op qk` times LTX's q/k prologue (LTX_KERNELS_QK_TABLES=prefetch, a
-candidate, asks for each token's table rows in L2 before the reduction; its rows stay
-position-major: batch-major lost 9-17% on the H100, 2026-12-06).
+of batch-major (`--op rope`); `--op qk` times LTX's q/k prologue (LTX_KERNELS_QK_TABLES=prefetch / plain
+force asking for each token's table rows in L2 before the reduction, the default only for
+tables the batch shares; its rows stay position-major: batch-major lost 9-17% on the H100,
+2026-12-06).
 Decided candidates leave their switch behind or are dropped (2026-12-05: adaln_direct_kernel,
 the early weight, the GELU table, the packed rotate-half form, then PDL, decode C = 2, the
 compact GELU table and per-token AdaLN C = 2, then the short-row rmsnorm kernel and RoPE's
@@ -99,6 +100,8 @@ VARIANTS = {
         "ours (no PDL)": {"LTX_KERNELS_PDL": "0"},
         "ours (decode C=4)": {"LTX_KERNELS_RMS_DECODE_C": "4"},
         "ours (decode C=4, no PDL)": {"LTX_KERNELS_RMS_DECODE_C": "4", "LTX_KERNELS_PDL": "0"},
+        # the early-weight form with its row loop and looped cross-warp sum (before 2026-12-06)
+        "ours (decode loop)": {"LTX_KERNELS_RMS_DECODE": "loop"},
     },
     "adaln": {
         "ours": {},
@@ -141,8 +144,10 @@ VARIANTS = {
     "qk": {
         "ours": {},
         "ours (blocks walk tokens)": {"LTX_KERNELS_GRID": "walk"},
-        # candidate: the token's table rows asked for in L2 before the reduction
+        # the default prefetches shared tables' rows to L2 (2026-12-06 09:32); these force
+        # either form for every table layout
         "ours (tables prefetched to L2)": {"LTX_KERNELS_QK_TABLES": "prefetch"},
+        "ours (tables not prefetched)": {"LTX_KERNELS_QK_TABLES": "plain"},
     },
     "rope_small": {
         "ours": {},

@@ -123,7 +123,7 @@ __device__ __forceinline__ void prefetch_l2(const void* ptr) {
 }
 
 // kTab: how the tables are read when there are any (common/rope_tables.cuh).
-// kPrefetch (candidate, LTX_KERNELS_QK_TABLES=prefetch; calls with tables): as soon as q's and
+// kPrefetch (calls with tables the batch shares; see the launcher): as soon as q's and
 // k's loads are issued, the row group's lanes ask for the token's cos / sin rows in L2, a share
 // of their 128-byte lines each, so the table loads after the reduction are L2 hits instead of
 // a second DRAM round trip. The H200 medians (2026-12-06 02:54) had the prologue at 83% of
@@ -312,9 +312,16 @@ void rmsnorm_rope_qk_launch(const at::Tensor& q_out2d, const at::Tensor& q2d,
   auto launch = [&](auto full, auto pair) {
     return tables == kPairTables ? launch_kernel(pair) : launch_kernel(full);
   };
-  // Candidate (developer switch, read per call): LTX_KERNELS_QK_TABLES=prefetch gives 8-wide
-  // calls with tables the kernel's kPrefetch form.
-  const bool prefetch = rope && vec == 8 && ab_switch("LTX_KERNELS_QK_TABLES") == "prefetch";
+  // The kPrefetch form for 8-wide calls whose tables the batch shares (stride-0 batch, [S, D],
+  // pair tables expanded over the batch): H100 bf16 [2, 8064, 2048], 2026-12-06 09:32
+  // (RESULTS.md, clean cold L2, medians of 3): pair tables 139.20 -> 135.42 µs, full shared
+  // tables 153.52 -> 148.48; but per-batch [B, S, D] tables (diffusers' LTX pipeline) 178.59 ->
+  // 181.41, so those keep the plain form. One batch entry was not timed: plain.
+  // LTX_KERNELS_QK_TABLES (read per call: an A/B switch): prefetch / plain force either form.
+  const std::string_view tables_switch = ab_switch("LTX_KERNELS_QK_TABLES");
+  const bool shared_tables = p.batch > 1 && p.cos_b == 0 && p.sin_b == 0;
+  const bool prefetch = rope && vec == 8 && tables_switch != "plain" &&
+                        (tables_switch == "prefetch" || shared_tables);
 
   dispatch_float(x_dtype, [&](auto xt) {
     using T = typename decltype(xt)::type;

@@ -217,14 +217,20 @@ constexpr int kDirectMinBlocks = C >= 4 ? 4 : 6;
 // copy serves all the block's rows. H100 bf16, 2026-12-06 07:59 (RESULTS.md, clean cold L2,
 // medians of 3): 4096 x 8192 44.42 -> 43.58 µs (compile 44.19), 16384 x 4096 89.38 -> 88.48
 // (compile 89.66); registers unchanged (sm_90 bf16 C = 4: 64).
+// kWEarlyLooped (candidate's baseline, LTX_KERNELS_RMS_DECODE=loop): the early weight with
+// the row loop and the looped cross-warp sum the early form had before 2026-12-06 (see the
+// end of the kernel).
 // Template ints, not an enum (see rms_norm_kernel).
-constexpr int kWLate = 0, kWEarly = 1, kWStaged = 2;
+constexpr int kWLate = 0, kWEarly = 1, kWStaged = 2, kWEarlyLooped = 3;
+template <int C, int kW>
+constexpr int kDirectMinBlocksW = kW == kWEarly || kW == kWEarlyLooped ? 1 : kDirectMinBlocks<C>;
 
 template <typename T, int kMid, int C, int kW>
-__global__ void __launch_bounds__(kBlock, kW == kWEarly ? 1 : kDirectMinBlocks<C>)
+__global__ void __launch_bounds__(kBlock, kDirectMinBlocksW<C, kW>)
     rms_norm_direct_kernel(RmsNormParams p) {
   constexpr int N = 16 / static_cast<int>(sizeof(T));
-  constexpr bool kEarlyW = kW == kWEarly;
+  constexpr bool kEarlyW = kW == kWEarly || kW == kWEarlyLooped;
+  constexpr bool kOneRow = kW == kWEarly;
   constexpr bool kStagedW = kW == kWStaged;
   using V = Vec<T, N>;
   __shared__ float scratch_mem[kRowScratchFloats];
@@ -253,11 +259,10 @@ __global__ void __launch_bounds__(kBlock, kW == kWEarly ? 1 : kDirectMinBlocks<C
     }
     cp_async_commit();
   }
-  // Every thread runs the same number of iterations: row_sum needs all of them.
-  const BlockRows br = block_rows(p.rows, rg.groups);
-  for (int64_t base = br.begin; base < br.end; base += br.step) {
-    const int64_t row = base + rg.group;
-    const bool active = row < br.end;
+  // One row of this thread's group (inactive past the last row: it still takes part in
+  // row_sum, which needs every thread of the block).
+  auto one_row = [&](int64_t row) {
+    const bool active = row < p.rows;
     const T* xr = x + (active ? row : 0) * p.x_stride;
     // x first: the sum waits for it; the weight is not needed until after the reduction.
     V cur[C];
@@ -273,9 +278,10 @@ __global__ void __launch_bounds__(kBlock, kW == kWEarly ? 1 : kDirectMinBlocks<C
       }
     }
     float ss = cached_sum_squares(cur, lane, p.tpr, nvec, active);
-    ss = row_sum(ss, rg, scratch);
+    // The early form's rows are one group of at most kBlock threads: the unrolled sum.
+    ss = row_sum<kOneRow ? kBlock / 32 : 0>(ss, rg, scratch);
     const float inv = rsqrtf(ss * p.inv_cols + p.eps);
-    if (!active) continue;
+    if (!active) return;
     if constexpr (kStagedW) cp_async_wait<0>();  // the first row's wait; a no-op after it
     T* orow = out + row * p.out_stride;
 #pragma unroll
@@ -298,6 +304,18 @@ __global__ void __launch_bounds__(kBlock, kW == kWEarly ? 1 : kDirectMinBlocks<C
           },
           orow + j * N);
     }
+  };
+  if constexpr (kOneRow) {
+    // The early form runs only on grids of a block per row group within one wave
+    // (launch_rms_norm_direct's one_wave; launch_rows gives every group a block), so each
+    // group has at most one row: no row loop, less code to fetch when a call starts cold.
+    // With row_sum unrolled, H100 bf16, 2026-12-06 10:03 (RESULTS.md, graph replay, medians of
+    // 5 rounds): 16 x 4096 1.82 -> 1.74 µs, 16 x 8192 2.09 -> 1.87, 1 x 32 x 128 1.72 -> 1.50.
+    one_row(static_cast<int64_t>(blockIdx.x) * rg.groups + rg.group);
+  } else {
+    // Every thread runs the same number of iterations: row_sum needs all of them.
+    const BlockRows br = block_rows(p.rows, rg.groups);
+    for (int64_t base = br.begin; base < br.end; base += br.step) one_row(base + rg.group);
   }
   if constexpr (kStagedW) cp_async_wait<0>();  // a thread with no active row leaves nothing queued
 }
@@ -423,7 +441,11 @@ bool launch_rms_norm_direct(RmsNormParams p, int vec, int device, cudaStream_t s
     constexpr int C = decltype(c)::value;
     auto run = [&](auto kernel) { launch_rows(kernel, p, kBlock, groups, device, stream, pdl); };
     if (early_w) {
-      run(rms_norm_direct_kernel<T, kMid, C, kWEarly>);
+      if (ab_switch("LTX_KERNELS_RMS_DECODE") == "loop") {
+        run(rms_norm_direct_kernel<T, kMid, C, kWEarlyLooped>);
+      } else {
+        run(rms_norm_direct_kernel<T, kMid, C, kWEarly>);
+      }
     } else if (staged_w) {
       run(rms_norm_direct_kernel<T, kMid, C, kWStaged>);
     } else {

@@ -254,8 +254,9 @@ def test_gpu_grid_walk(monkeypatch):
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("d", [2048, 4096, 128])
 def test_gpu_tables_prefetch(monkeypatch, dtype, d):
-    """The candidate that asks for the token's table rows in L2 before the reduction
-    (LTX_KERNELS_QK_TABLES=prefetch) gives the default kernel's bits for every table form:
+    """The form that asks for the token's table rows in L2 before the reduction
+    (LTX_KERNELS_QK_TABLES=prefetch; the default for tables the batch shares) gives the plain
+    form's bits (LTX_KERNELS_QK_TABLES=plain) for every table form:
     [B, S, D] full tables, a stride-0 batch, [S, D], pair tables [B, S, D/2], and table rows
     that start 16 bytes past a 128-byte line (its last line prefetched too); and eager's
     result with the full tables."""
@@ -270,14 +271,17 @@ def test_gpu_tables_prefetch(monkeypatch, dtype, d):
     wide = torch.randn(batch, seq, d + 4, device=dev)
     wide[..., 4:] = fc
     forms = {"full": (fc, fs), "stride-0 batch": (fc[:1].expand(batch, -1, -1), fs[:1].expand(batch, -1, -1)),
-             "[S, D]": (fc[0], fs[0]), "pair": (pc, ps), "offset rows": (wide[..., 4:], fs)}
+             "[S, D]": (fc[0], fs[0]), "pair": (pc, ps),
+             "pair, stride-0 batch": (pc[:1].expand(batch, -1, -1), ps[:1].expand(batch, -1, -1)),
+             "offset rows": (wide[..., 4:], fs)}
     for name, (c, s) in forms.items():
         outs = []
-        for switch in ("", "prefetch"):
+        for switch in ("plain", "prefetch", ""):  # "": the default's choice
             monkeypatch.setenv("LTX_KERNELS_QK_TABLES", switch)
             outs.append(kernel.rmsnorm_rope_qk(q, k, nq.weight, nk.weight, c, s, 1e-5))
-        (dq, dk), (pq, pk) = outs
-        assert torch.equal(dq, pq) and torch.equal(dk, pk), f"{name}: prefetch form differs from the default"
+        (dq, dk), (pq, pk), (fq, fk) = outs
+        assert torch.equal(dq, pq) and torch.equal(dk, pk), f"{name}: prefetch form differs from the plain one"
+        assert torch.equal(dq, fq) and torch.equal(dk, fk), f"{name}: the default differs from the plain form"
         if name == "full":
             rq, rk = eager(q, k, nq, nk, c, s)
             assert_matches_eager(pq, rq, "q")

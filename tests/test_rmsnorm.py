@@ -226,6 +226,9 @@ DECODE_CANDIDATES = {
     # at most 64 blocks per SM walking the rows grid-stride (the default is a block per row
     # group: common/dispatch.cuh grid_cap)
     "grid_walk": {"LTX_KERNELS_GRID": "walk"},
+    # the early-weight kernel with its row loop and looped cross-warp sum (before 2026-12-06)
+    "decode_loop": {"LTX_KERNELS_RMS_DECODE": "loop"},
+    "decode_loop_grid_walk": {"LTX_KERNELS_RMS_DECODE": "loop", "LTX_KERNELS_GRID": "walk"},
 }
 
 
