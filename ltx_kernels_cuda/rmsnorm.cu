@@ -441,6 +441,9 @@ bool launch_rms_norm_direct(RmsNormParams p, int vec, int device, cudaStream_t s
     constexpr int C = decltype(c)::value;
     auto run = [&](auto kernel) { launch_rows(kernel, p, kBlock, groups, device, stream, pdl); };
     if (early_w) {
+      // The one-row form has no row loop: its grid must give every row group a block.
+      TORCH_CHECK(static_cast<int64_t>(row_grid(p.rows, groups, 64, device)) * groups >= p.rows,
+                  "ltx_kernels.rms_norm: internal error: decode grid does not cover the rows");
       if (ab_switch("LTX_KERNELS_RMS_DECODE") == "loop") {
         run(rms_norm_direct_kernel<T, kMid, C, kWEarlyLooped>);
       } else {
