@@ -652,12 +652,8 @@ __global__ void __launch_bounds__(kDirectBlock, kAdaDirectMinBlocks<kMod, C>)
         sv = sc[i];
         hv = hc[i];
       } else if constexpr (kStaged) {
-        const uint4 rs = *slot(0, i);
-        memcpy(&sv, &rs, sizeof(rs));
-        if (has_shift) {
-          const uint4 rh = *slot(1, i);
-          memcpy(&hv, &rh, sizeof(rh));
-        }
+        sv = read_slot<V>(slot(0, i));
+        if (has_shift) hv = read_slot<V>(slot(1, i));
       } else {
         sv = V::load(scale + off[0] + j * N);
         if (has_shift) hv = V::load(shift + off[1] + j * N);

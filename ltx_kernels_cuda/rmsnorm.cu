@@ -294,10 +294,7 @@ __global__ void __launch_bounds__(kBlock, kDirectMinBlocksW<C, kW>)
             if constexpr (kEarlyW) {
               return wv[i];
             } else if constexpr (kStagedW) {
-              V v;
-              const uint4 raw = *w_slot(i);
-              memcpy(&v, &raw, sizeof(raw));
-              return v;
+              return read_slot<V>(w_slot(i));
             } else {
               return V::load(w + j * N);
             }

@@ -15,6 +15,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cstring>
 
 namespace ltx::cuda {
 
@@ -57,6 +58,17 @@ __device__ __forceinline__ void cp_async_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
 #endif
+}
+
+// The 16 bytes a thread's cp.async put into its own slot, read back as V (a 16-byte vector
+// type such as Vec<T, N>): one 16-byte shared load, then a bit copy into V.
+template <typename V>
+__device__ __forceinline__ V read_slot(const uint4* slot) {
+  static_assert(sizeof(V) == sizeof(uint4), "read_slot reads 16-byte slots");
+  const uint4 raw = *slot;
+  V v;
+  memcpy(&v, &raw, sizeof(raw));
+  return v;
 }
 
 }  // namespace ltx::cuda
