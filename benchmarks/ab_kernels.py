@@ -37,7 +37,8 @@ rows / rows128 gives the computed GELU / GEGLU kernel 32 blocks per SM walking t
 LTX_KERNELS_GEGLU_PACKED=0 computes GEGLU's product in fp32 instead of on packed pairs; LTX_KERNELS_PDL=0 launches
 rms_norm_direct_kernel and rope_kernel without programmatic dependent launch
 (common/pdl.cuh); LTX_KERNELS_RMS_DECODE_C=4 gives decode-sized rows 4 vectors per thread
-instead of 2; LTX_KERNELS_RMS_W=late loads the weight of weighted rows (grids over one
+instead of 2, LTX_KERNELS_RMS_DECODE=loop gives them back the row loop and looped cross-warp
+sum (the form before 2026-12-06 10:03); LTX_KERNELS_RMS_W=late loads the weight of weighted rows (grids over one
 block per SM) after each reduction instead of queueing it once per block into shared memory;
 LTX_KERNELS_RMS_SHORT=0 keeps per-head rows of many tokens on the direct
 kernel, =2 gives rms_norm_short_kernel 2 rows per thread instead of 4;
@@ -144,7 +145,7 @@ VARIANTS = {
     "qk": {
         "ours": {},
         "ours (blocks walk tokens)": {"LTX_KERNELS_GRID": "walk"},
-        # the default prefetches shared tables' rows to L2 (2026-12-06 09:32); these force
+        # the default prefetches shared tables' rows to L2 (2026-12-06 09:36); these force
         # either form for every table layout
         "ours (tables prefetched to L2)": {"LTX_KERNELS_QK_TABLES": "prefetch"},
         "ours (tables not prefetched)": {"LTX_KERNELS_QK_TABLES": "plain"},

@@ -313,7 +313,7 @@ void rmsnorm_rope_qk_launch(const at::Tensor& q_out2d, const at::Tensor& q2d,
     return tables == kPairTables ? launch_kernel(pair) : launch_kernel(full);
   };
   // The kPrefetch form for 8-wide calls whose tables the batch shares (stride-0 batch, [S, D],
-  // pair tables expanded over the batch): H100 bf16 [2, 8064, 2048], 2026-12-06 09:32
+  // pair tables expanded over the batch): H100 bf16 [2, 8064, 2048], 2026-12-06 09:36
   // (RESULTS.md, clean cold L2, medians of 3): pair tables 139.20 -> 135.42 µs, full shared
   // tables 153.52 -> 148.48; but per-batch [B, S, D] tables (diffusers' LTX pipeline) 178.59 ->
   // 181.41, so those keep the plain form. One batch entry was not timed: plain.
