@@ -10,7 +10,8 @@ One process: (1) the copy ceiling (a large device-to-device copy, bytes read + w
 an empty kernel's launch time; (2) per op and shape: ours, PyTorch eager (the module's
 expression, plus ``F.rms_norm`` for norms), ``torch.compile(dynamic=False)`` of that
 expression, Liger-Kernel and FlashInfer where they have the op and import (else reported
-absent, never faked); (3) medians of single calls timed with CUDA events, each after a
+absent, never faked), and a device copy of the same bytes (a reference row, not a peer:
+what a call of that size gets from the memory system); (3) medians of single calls timed with CUDA events, each after a
 read-only pass over a 256 MB buffer (cold, clean L2: ``Timer``; do_bench's zeroing left
 dirty lines the timed call had to write back) and, for shapes moving <= 8 MB, the time per call under
 CUDA-graph replay (20 calls per graph, so calls 2..20 see a warm L2); (4) µs, GB/s by the
@@ -59,6 +60,7 @@ SMALL_BYTES = 8e6  # graph-replay timing and target up to here
 COPY_TARGET = 0.90
 GRAPH_SLACK = 1.25
 GRAPH_CALLS = 20
+SAME_BYTES_COPY = "copy (same bytes)"  # bench_ops' reference row per case
 DOC_COPY_GBPS = 4274.0  # H200, 2026-12-02 (shared/docs/performance.md); for reference only
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 # Normwise / max-abs (relative to max |ref|) error bounds against float64, per output dtype.
@@ -162,6 +164,9 @@ class Impl:
     fn: Callable[[], Any] | None  # the timed call; None when absent
     note: str = ""  # e.g. why absent, or how inputs were prepared
     check_fn: Callable[[], Any] | None = None  # untimed call for the check (default: fn)
+    # a reference, not an implementation of the op (the same-bytes copy): timed like the
+    # others, never checked, never a peer (status "ref")
+    reference: bool = False
 
 
 @dataclass
@@ -863,6 +868,10 @@ def summarize(rows, total, ceiling, empty_us, device):
         gb = min(graph_best, key=lambda r: r["graph_us"])
         summary["graph_ratio"] = ours["graph_us"] / gb["graph_us"]
         summary["graph_best_peer"] = gb["impl"]
+    ref = next((r for r in rows if r["impl"] == SAME_BYTES_COPY and r.get("us")), None)
+    summary["copy_same_us"] = ref["us"] if ref else None
+    # ours as a share of the same-bytes copy's rate (100: as fast as that copy)
+    summary["pct_copy_same"] = 100.0 * ref["us"] / ours["us"] if (ref and ok_ours) else None
     summary["t_copy"] = None
     if total >= BIG_BYTES:
         summary["t_copy"] = "PASS" if ok_ours and ours["pct_copy"] >= 100 * COPY_TARGET else "FAIL"
@@ -873,6 +882,18 @@ def summarize(rows, total, ceiling, empty_us, device):
         summary["graph_bound_us"] = bound
         summary["t_graph"] = "PASS" if ok_ours and ours.get("graph_us") and ours["graph_us"] <= bound else "FAIL"
     return summary
+
+
+def same_bytes_copy(total, device):
+    """A device copy moving the call's bytes (half read, half written): what the memory
+    system gives a call of this size under the same timer. The copy ceiling is a 2 GiB
+    copy; at tens of MB a copy's own start and drain are a larger share of its time, so
+    this row tells a size limit from a kernel's. Not a peer (Impl.reference)."""
+    n = max(int(total) // 2, 1)
+    src = torch.empty(n, dtype=torch.uint8, device=device)
+    dst = torch.empty_like(src)
+    return Impl(SAME_BYTES_COPY, lambda: dst.copy_(src), reference=True,
+                note="reference, not a peer: a copy of the call's bytes (half read, half written)")
 
 
 def run_case(case, env, timer, ceiling, empty_us, args):
@@ -899,6 +920,7 @@ def run_case(case, env, timer, ceiling, empty_us, args):
             impls.append(Impl("compile", lambda: compiled(*ref_args, **case.ref_kw)))
         if case.peers:
             impls += case.peers(inp, env)
+    impls.append(same_bytes_copy(total, env.device))
 
     rows = []
     for impl in impls:
@@ -907,6 +929,15 @@ def run_case(case, env, timer, ceiling, empty_us, args):
         rows.append(row)
         if impl.fn is None:
             row["status"] = "absent"
+            continue
+        if impl.reference:
+            row.update(status="ref", tables="")
+            with torch.no_grad():
+                row["us"] = timer.us(impl.fn)
+                if env.device == "cuda" and total <= SMALL_BYTES:
+                    row["graph_us"] = timer.graph_us(impl.fn)
+            row["gbps"] = total / (row["us"] * 1e-6) / 1e9
+            row["pct_copy"] = 100.0 * row["gbps"] / ceiling
             continue
         try:
             poison_allocator(out_bytes, env.device)
@@ -1005,17 +1036,21 @@ def render(meta, rows, summaries):
              "≤ 2 ulp from the eager reference; `mismatch` rows are timed but never count as best peer.")
     L.append(f"- Targets: ≥ 64 MB: ≥ {COPY_TARGET:.0%} of the copy ceiling (`copy`); ours ≤ best peer (`peer`); "
              f"≤ 8 MB: graph time ≤ {GRAPH_SLACK} × (empty kernel + bytes / copy rate) (`graph`).")
+    L.append(f"- `{SAME_BYTES_COPY}`: a device copy moving the call's bytes (half read, half written), same timer; "
+             "a reference, not a peer (the column beside `% copy`: its time, and ours as a % of its rate).")
     if meta.get("skipped"):
         L.append(f"- **Not run (time budget)**: {meta['skipped']} case(s); see results.json.")
     L.append("")
     L.append("### Summary (ours vs best peer)")
     L.append("")
-    L.append("| op | shape | dtype | MB | ours µs | GB/s | % copy | best peer | peer µs | ours/best (our fastest form, if not ours) | graph µs | graph bound | copy | peer | graph |")
-    L.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    L.append("| op | shape | dtype | MB | ours µs | GB/s | % copy | same-bytes copy µs (ours % of it) | best peer | peer µs | ours/best (our fastest form, if not ours) | graph µs | graph bound | copy | peer | graph |")
+    L.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for s in summaries:
         L.append(f"| {s['op']} | {s['shape']} | {s['dtype']} | {s['bytes'] / 1e6:.1f} | "
                  f"{_f(s['ours_us'], 2)}{'' if s['ours_status'] == 'ok' else ' (' + str(s['ours_status']) + ')'} | "
-                 f"{_f(s['ours_gbps'], 0)} | {_f(s['ours_pct'])} | {s['best_peer'] or '—'} | {_f(s['best_us'], 2)} | "
+                 f"{_f(s['ours_gbps'], 0)} | {_f(s['ours_pct'])} | "
+                 f"{_f(s.get('copy_same_us'), 2)}{' (' + format(s['pct_copy_same'], '.1f') + ')' if s.get('pct_copy_same') else ''} | "
+                 f"{s['best_peer'] or '—'} | {_f(s['best_us'], 2)} | "
                  f"{_f(s['ratio'], 2)}{' ' + s['ratio_by'].removeprefix('ours ') if s.get('ratio_by') else ''} | "
                  f"{_f(s['ours_graph_us'], 2)} | {_f(s.get('graph_bound_us'), 2)} | "
                  f"{s['t_copy'] or '—'} | {s['t_peer'] or '—'} | {s['t_graph'] or '—'} |")

@@ -58,7 +58,8 @@ def merge(runs):
             row = dict(per[0])
             statuses = [p.get("status") for p in per]
             worst = [s for s in ("error", "mismatch", "absent") if s in statuses]
-            row["status"] = worst[0] if worst else "ok"
+            # "ref": the same-bytes copy (bench_ops.Impl.reference), never a peer
+            row["status"] = worst[0] if worst else ("ref" if "ref" in statuses else "ok")
             us = [p.get("us") for p in per]
             row["us"] = median_or_none(us)
             row["graph_us"] = median_or_none([p.get("graph_us") for p in per])

@@ -38,6 +38,12 @@ def test_bench_ops_smoke(tmp_path):
             assert r["us"] > 0 and r["gbps"] > 0 and r["bytes"] > 0, r
     section = (tmp_path / "results.md").read_text()
     assert "### Summary" in section and "rope_llama" in section
+    # the same-bytes copy: timed in every case, a reference row, never the best peer
+    for s in data["summaries"]:
+        assert s["copy_same_us"] and s["copy_same_us"] > 0, s
+        assert s["best_peer"] != bench.SAME_BYTES_COPY, s
+    refs = [r for r in data["rows"] if r["impl"] == bench.SAME_BYTES_COPY]
+    assert len(refs) == len(data["summaries"]) and all(r["status"] == "ref" for r in refs)
 
 
 def test_bench_ops_bytes_model():
@@ -98,6 +104,10 @@ def test_median_runs_merges_smoke_runs(tmp_path):
                         and r["dtype"] == r0["dtype"]) for run in per_run)
     assert m0["us"] == times[1]
     assert "median of 3 runs" in (tmp_path / "med" / "results.md").read_text()
+    # the same-bytes copy stays a reference through the medians (never "ok", never a peer)
+    refs = [r for r in data["rows"] if r["impl"] == bench.SAME_BYTES_COPY]
+    assert refs and all(r["status"] == "ref" for r in refs)
+    assert all(s["best_peer"] != bench.SAME_BYTES_COPY and s["copy_same_us"] for s in data["summaries"])
 
 
 def test_host_overhead_script_runs(capsys):
