@@ -52,8 +52,8 @@ that fills every pass of head pairs (Llama's 32 + 8 heads: 8 slots instead of 4;
 `--op rope_small`); LTX_KERNELS_ROPE_ORDER=position walks RoPE's tokens position-major instead
 of batch-major (`--op rope`); `--op qk` times LTX's q/k prologue (LTX_KERNELS_QK_TABLES=prefetch / plain
 force asking for each token's table rows in L2 before the reduction, the default only for
-tables the batch shares; its rows stay position-major: batch-major lost 9-17% on the H100,
-2026-12-06).
+tables the batch shares; =staged, a candidate, queues full tables into shared memory with q's
+and k's loads; its rows stay position-major: batch-major lost 9-17% on the H100, 2026-12-06).
 Decided candidates leave their switch behind or are dropped (2026-12-05: adaln_direct_kernel,
 the early weight, the GELU table, the packed rotate-half form, then PDL, decode C = 2, the
 compact GELU table and per-token AdaLN C = 2, then the short-row rmsnorm kernel and RoPE's
@@ -149,6 +149,8 @@ VARIANTS = {
         # either form for every table layout
         "ours (tables prefetched to L2)": {"LTX_KERNELS_QK_TABLES": "prefetch"},
         "ours (tables not prefetched)": {"LTX_KERNELS_QK_TABLES": "plain"},
+        # candidate: full tables staged in shared memory by cp.async with q's and k's loads
+        "ours (tables staged)": {"LTX_KERNELS_QK_TABLES": "staged"},
     },
     "rope_small": {
         "ours": {},

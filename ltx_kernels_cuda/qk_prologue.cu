@@ -14,6 +14,7 @@
 #include <type_traits>
 
 #include "../torch-ext/torch_binding.h"
+#include "common/async_copy.cuh"
 #include "common/dispatch.cuh"
 #include "common/reduce.cuh"
 #include "common/rope_tables.cuh"
@@ -122,17 +123,58 @@ __device__ __forceinline__ void prefetch_l2(const void* ptr) {
   asm volatile("prefetch.global.L2 [%0];" ::"l"(ptr));
 }
 
+// The N per-channel values of one cached vector from its staged slots (kChunks 16-byte
+// slots, `stride` slots apart), expanded like load_table (pair tables: one value per pair).
+template <int kTab, int N, int kChunks>
+__device__ __forceinline__ void staged_table(const float4* slot, unsigned stride, float* out) {
+  float v[kChunks * 4];
+#pragma unroll
+  for (int h = 0; h < kChunks; ++h) {
+    const float4 f = slot[h * stride];
+    v[4 * h] = f.x;
+    v[4 * h + 1] = f.y;
+    v[4 * h + 2] = f.z;
+    v[4 * h + 3] = f.w;
+  }
+#pragma unroll
+  for (int k = 0; k < N; ++k) out[k] = v[kTab == kPairTables ? k / 2 : k];
+}
+
+// 16-byte copies one thread stages per table and cached vector (kStaged: 8-wide vectors).
+template <int kTab>
+constexpr int kStageChunks = table_span<kTab, 8>() / 4;
+
+// Dynamic shared memory of the staged form per thread: cos and sin, kCached vectors.
+template <int kTab>
+constexpr size_t kStagedBytesPerThread = 2 * kCached * kStageChunks<kTab> * 16;
+
 // kTab: how the tables are read when there are any (common/rope_tables.cuh).
 // kPrefetch (calls with tables the batch shares; see the launcher): as soon as q's and
 // k's loads are issued, the row group's lanes ask for the token's cos / sin rows in L2, a share
 // of their 128-byte lines each, so the table loads after the reduction are L2 hits instead of
 // a second DRAM round trip. The H200 medians (2026-12-06 02:54) had the prologue at 83% of
-// copy (H100 95%): its tables are half the bytes it reads. Staging them in shared memory
-// instead (cp.async, 169ef6a) cost registers: 132, one block per SM, +17% on the H100.
-template <typename T, typename Tw, int N, bool kVec, int kTab, bool kPrefetch = false>
-__global__ void rmsnorm_rope_qk_kernel(QkParams p) {
+// copy (H100 95%): its tables are half the bytes it reads.
+// kStaged (candidate, LTX_KERNELS_QK_TABLES=staged; 8-wide calls with tables, its own kernel:
+// rmsnorm_rope_qk_staged_kernel): the table values of the cached vectors are queued by cp.async
+// into this thread's shared-memory slots before q's and k's loads, so a token's every byte is in
+// flight at once. Without it, the SASS (sm_90) loads each cached vector's tables after the
+// reduction and after the previous vector's stores: four dependent table round trips per
+// token group (~32 KB per SM in flight each on 2 blocks per SM), after the one for q and k.
+// A first staged form (169ef6a) took 132 registers (one 256-thread block per SM: +17% on the
+// H100, 04:09); this one is capped at 128 (kStagedMinBlocks). Slots are slot-major (a warp's
+// 16-byte copies consecutive) and read back by the same thread only.
+template <typename T, typename Tw, int N, bool kVec, int kTab, bool kPrefetch, bool kStaged>
+__device__ __forceinline__ void qk_rows(const QkParams& p) {
+  static_assert(!kStaged || (kVec && N == 8 && kTab != kNoTables), "staged: 8-wide vectors, tables");
   __shared__ float scratch_mem[kRowScratchFloats];
   RowScratch scratch{scratch_mem};
+  extern __shared__ __align__(16) unsigned char qk_staged_mem[];
+  constexpr int kChunks = kStaged ? kStageChunks<kTab> : 1;
+  // Slot h of table t (0 cos, 1 sin) for cached vector c.
+  auto tslot = [&](int t, int c, int h) {
+    return reinterpret_cast<float4*>(qk_staged_mem) +
+           ((t * kCached + c) * kChunks + h) * static_cast<int>(blockDim.x) + threadIdx.x;
+  };
   using V = Vec<T, N>;
   const int nvec = p.cols / N;
   const RowGroup rg = row_group_pow2(p.tpr);
@@ -148,6 +190,36 @@ __global__ void rmsnorm_rope_qk_kernel(QkParams p) {
     // tokens, the prologue's rows lose batch-major (H100, 2026-12-06: LTX's [2, 8064, 2048]
     // 140.8 -> 153.4 µs with a stride-0 pair of tables, 155.6 -> 181.8 µs with full tables).
     const int64_t row = rope ? (i % p.batch) * p.seq + i / p.batch : i;
+    // The table rows: found here when staged; otherwise after the reduction, where they hold
+    // no registers across it.
+    const float* crow = nullptr;
+    const float* srow = nullptr;
+    auto find_tables = [&] {
+      if (rope) {
+        const int64_t b = row / p.seq, s = row % p.seq;
+        crow = p.cos + b * p.cos_b + s * p.cos_s;
+        srow = p.sin + b * p.sin_b + s * p.sin_s;
+      }
+    };
+    if constexpr (kStaged) {
+      find_tables();
+      if (rope && i < p.tokens) {
+        constexpr int kSpan = table_span<kTab, N>();
+#pragma unroll
+        for (int c = 0; c < kCached; ++c) {
+          const int j = lane + c * p.tpr;
+          if (j < nvec) {
+#pragma unroll
+            for (int h = 0; h < kChunks; ++h) {
+              // Through L1 (.ca): a batch sharing its tables reads them for each entry.
+              cp_async<16, true>(tslot(0, c, h), crow + static_cast<int64_t>(j) * kSpan + h * 4);
+              cp_async<16, true>(tslot(1, c, h), srow + static_cast<int64_t>(j) * kSpan + h * 4);
+            }
+          }
+        }
+      }
+      cp_async_commit();
+    }
     const T* xr[2];
     T* orow[2];
     bool live[2];
@@ -196,23 +268,32 @@ __global__ void rmsnorm_rope_qk_kernel(QkParams p) {
       inv[t] = rsqrtf(row_sum(ss[t], rg, scratch) * inv_cols + p.eps);
     }
 
-    const float* crow = nullptr;
-    const float* srow = nullptr;
-    if (rope) {
-      const int64_t b = row / p.seq, s = row % p.seq;
-      crow = p.cos + b * p.cos_b + s * p.cos_s;
-      srow = p.sin + b * p.sin_b + s * p.sin_s;
+    if constexpr (kStaged) {
+      cp_async_wait<0>();
+    } else {
+      find_tables();
     }
-    // One vector j of both rows: normalise, rotate with the table values read once.
-    auto finish = [&](int j, const V& vq, const V& vk) {
+    // One vector j of both rows: normalise, rotate with the table values read once (from
+    // cached vector cv's slots when staged, cv >= 0).
+    auto finish = [&](int j, const V& vq, const V& vk, int cv) {
       float n[2][N];
       if (live[0]) normalise<T, Tw, N, kVec>(vq, static_cast<const Tw*>(p.w[0]), j, inv[0], n[0]);
       if (live[1]) normalise<T, Tw, N, kVec>(vk, static_cast<const Tw*>(p.w[1]), j, inv[1], n[1]);
       if constexpr (N >= 2) {
         if (rope) {  // with tables, both rows are live together
           float c[N], s[N];
-          load_table<N, kVec, kTab>(crow, j, c);
-          load_table<N, kVec, kTab>(srow, j, s);
+          bool from_slots = false;
+          if constexpr (kStaged) {
+            if (cv >= 0) {
+              staged_table<kTab, N, kChunks>(tslot(0, cv, 0), blockDim.x, c);
+              staged_table<kTab, N, kChunks>(tslot(1, cv, 0), blockDim.x, s);
+              from_slots = true;
+            }
+          }
+          if (!from_slots) {
+            load_table<N, kVec, kTab>(crow, j, c);
+            load_table<N, kVec, kTab>(srow, j, s);
+          }
           store_rotated<T, N, kVec>(n[0], c, s, orow[0] + j * N);
           store_rotated<T, N, kVec>(n[1], c, s, orow[1] + j * N);
           return;
@@ -226,14 +307,35 @@ __global__ void rmsnorm_rope_qk_kernel(QkParams p) {
 #pragma unroll
     for (int c = 0; c < kCached; ++c) {
       const int j = lane + c * p.tpr;
-      if ((live[0] || live[1]) && j < nvec) finish(j, cache[0][c], cache[1][c]);
+      if ((live[0] || live[1]) && j < nvec) finish(j, cache[0][c], cache[1][c], c);
     }
     for (int j = lane + kCached * p.tpr; (live[0] || live[1]) && j < nvec; j += p.tpr) {
       const V vq = live[0] ? load_n<T, N, kVec>(xr[0] + j * N) : V{};
       const V vk = live[1] ? load_n<T, N, kVec>(xr[1] + j * N) : V{};
-      finish(j, vq, vk);
+      finish(j, vq, vk, -1);
     }
   }
+}
+
+template <typename T, typename Tw, int N, bool kVec, int kTab, bool kPrefetch = false>
+__global__ void rmsnorm_rope_qk_kernel(QkParams p) {
+  qk_rows<T, Tw, N, kVec, kTab, kPrefetch, false>(p);
+}
+
+// Two 256-thread blocks per SM for the staged form (at most 128 registers), 64 KB of slots
+// per block. Full tables only ([B, S, D], diffusers' layout): with pair tables (half the
+// table bytes; the prefetch form serves them when shared) the cap spilled 8 bytes (sm_90 bf16).
+// sm_100 / sm_120 spilled 14 bytes under the cap (bf16): uncapped there, so one block per SM,
+// and the launcher's check (two resident blocks) keeps those GPUs on the plain form.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1000
+constexpr int kStagedMinBlocks = 1;
+#else
+constexpr int kStagedMinBlocks = 2;
+#endif
+
+template <typename T, typename Tw>
+__global__ void __launch_bounds__(kBlock, kStagedMinBlocks) rmsnorm_rope_qk_staged_kernel(QkParams p) {
+  qk_rows<T, Tw, 8, true, kFullTables, false, true>(p);
 }
 
 
@@ -249,7 +351,8 @@ void rmsnorm_rope_qk_launch(const at::Tensor& q_out2d, const at::Tensor& q2d,
                             const at::Tensor& sin, int64_t seq, double eps) {
   using namespace ltx::cuda;
   const c10::cuda::CUDAGuard guard(q2d.device());
-  cudaStream_t stream = c10::cuda::getCurrentCUDAStream(q2d.device().index()).stream();
+  const int device = q2d.device().index();
+  cudaStream_t stream = c10::cuda::getCurrentCUDAStream(device).stream();
 
   QkParams p{};
   const at::Tensor* ins[2] = {&q2d, &k2d};
@@ -305,7 +408,7 @@ void rmsnorm_rope_qk_launch(const at::Tensor& q_out2d, const at::Tensor& q2d,
   const int64_t nvec = p.cols / vec;
   const int tpr_wanted = std::min(kMaxBlock, pow2_ceil(ceil_div(nvec, kTargetPerThread)));
   auto launch_kernel = [&](auto kernel) {
-    launch_rows_pow2(kernel, p, tpr_wanted, kBlock, p.tokens, q2d.device().index(), stream);
+    launch_rows_pow2(kernel, p, tpr_wanted, kBlock, p.tokens, device, stream);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   };
   // The instantiation for this call's table kind (norm-only calls take the full one).
@@ -320,8 +423,31 @@ void rmsnorm_rope_qk_launch(const at::Tensor& q_out2d, const at::Tensor& q2d,
   // LTX_KERNELS_QK_TABLES (read per call: an A/B switch): prefetch / plain force either form.
   const std::string_view tables_switch = ab_switch("LTX_KERNELS_QK_TABLES");
   const bool shared_tables = p.batch > 1 && p.cos_b == 0 && p.sin_b == 0;
-  const bool prefetch = rope && vec == 8 && tables_switch != "plain" &&
+  const bool prefetch = rope && vec == 8 && tables_switch != "plain" && tables_switch != "staged" &&
                         (tables_switch == "prefetch" || shared_tables);
+  // Candidate (LTX_KERNELS_QK_TABLES=staged): the kStaged kernel for 8-wide calls with tables,
+  // where cp.async exists and two of its blocks fit per SM with their slots.
+  const bool staged = rope && vec == 8 && tables == kFullTables && tables_switch == "staged";
+  // Launches a staged kernel (blocks of at most kBlock threads, `per_thread` slot bytes
+  // each); false where it cannot run as planned (sm_75, or under two blocks per SM).
+  auto launch_staged_kernel = [&](auto kernel, size_t per_thread) {
+    const void* fn = reinterpret_cast<const void*>(kernel);
+    const size_t most = per_thread * kBlock;
+    const bool fits = memo_query(std::make_pair(fn, device), [&] {
+      if (cc_major(device) < 8) return 0;
+      // Over 48 KB of dynamic shared memory is opt-in, per kernel and device.
+      if (cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(most)) !=
+          cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+      }
+      return resident_blocks(fn, kBlock, most, device) >= kStagedMinBlocks ? 1 : 0;
+    });
+    if (!fits) return false;
+    launch_rows_pow2(kernel, p, tpr_wanted, kBlock, p.tokens, device, stream, per_thread);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    return true;
+  };
 
   dispatch_float(x_dtype, [&](auto xt) {
     using T = typename decltype(xt)::type;
@@ -332,6 +458,10 @@ void rmsnorm_rope_qk_launch(const at::Tensor& q_out2d, const at::Tensor& q2d,
         switch (vec) {
           case 8:
             if constexpr (8 * widest <= 16) {
+              if (staged && launch_staged_kernel(rmsnorm_rope_qk_staged_kernel<T, Tw>,
+                                                 kStagedBytesPerThread<kFullTables>)) {
+                return;
+              }
               if (prefetch) {
                 return launch(rmsnorm_rope_qk_kernel<T, Tw, 8, true, kFullTables, true>,
                               rmsnorm_rope_qk_kernel<T, Tw, 8, true, kPairTables, true>);
