@@ -162,8 +162,12 @@ constexpr size_t kStagedBytesPerThread = 2 * kCached * kStageChunks<kTab> * 16;
 // token group (~32 KB per SM in flight each on 2 blocks per SM), after the one for q and k.
 // A first staged form (169ef6a) took 132 registers (one 256-thread block per SM: +17% on the
 // H100, 04:09); this one is capped at 128 (kStagedMinBlocks). Slots are slot-major (a warp's
-// 16-byte copies consecutive) and read back by the same thread only.
-template <typename T, typename Tw, int N, bool kVec, int kTab, bool kPrefetch, bool kStaged>
+// 16-byte copies consecutive) and read back by the same thread only. H100 bf16, 2026-12-06
+// 12:00 (RESULTS.md; tables then copied through L1 in every case): slower where the H100 is
+// already at 96% of copy, [B, S, D] 178.66 -> 185.60 µs, shared full tables 153.41 -> 149.28
+// (the prefetch form 148.54); the H200, where the prologue ran at 83%, is where to judge it.
+template <typename T, typename Tw, int N, bool kVec, int kTab, bool kPrefetch, bool kStaged,
+          bool kStagedL1 = false>
 __device__ __forceinline__ void qk_rows(const QkParams& p) {
   static_assert(!kStaged || (kVec && N == 8 && kTab != kNoTables), "staged: 8-wide vectors, tables");
   __shared__ float scratch_mem[kRowScratchFloats];
@@ -211,9 +215,10 @@ __device__ __forceinline__ void qk_rows(const QkParams& p) {
           if (j < nvec) {
 #pragma unroll
             for (int h = 0; h < kChunks; ++h) {
-              // Through L1 (.ca): a batch sharing its tables reads them for each entry.
-              cp_async<16, true>(tslot(0, c, h), crow + static_cast<int64_t>(j) * kSpan + h * 4);
-              cp_async<16, true>(tslot(1, c, h), srow + static_cast<int64_t>(j) * kSpan + h * 4);
+              // kStagedL1: through L1 (.ca), for a batch sharing its tables (read for each
+              // entry); else around it (.cg): per-batch rows are read once.
+              cp_async<16, kStagedL1>(tslot(0, c, h), crow + static_cast<int64_t>(j) * kSpan + h * 4);
+              cp_async<16, kStagedL1>(tslot(1, c, h), srow + static_cast<int64_t>(j) * kSpan + h * 4);
             }
           }
         }
@@ -333,9 +338,9 @@ constexpr int kStagedMinBlocks = 1;
 constexpr int kStagedMinBlocks = 2;
 #endif
 
-template <typename T, typename Tw>
+template <typename T, typename Tw, bool kL1>
 __global__ void __launch_bounds__(kBlock, kStagedMinBlocks) rmsnorm_rope_qk_staged_kernel(QkParams p) {
-  qk_rows<T, Tw, 8, true, kFullTables, false, true>(p);
+  qk_rows<T, Tw, 8, true, kFullTables, false, true, kL1>(p);
 }
 
 
@@ -458,8 +463,11 @@ void rmsnorm_rope_qk_launch(const at::Tensor& q_out2d, const at::Tensor& q2d,
         switch (vec) {
           case 8:
             if constexpr (8 * widest <= 16) {
-              if (staged && launch_staged_kernel(rmsnorm_rope_qk_staged_kernel<T, Tw>,
-                                                 kStagedBytesPerThread<kFullTables>)) {
+              // Shared tables through L1 (the batch's entries read them), per-batch around it.
+              if (staged && (shared_tables ? launch_staged_kernel(rmsnorm_rope_qk_staged_kernel<T, Tw, true>,
+                                                                  kStagedBytesPerThread<kFullTables>)
+                                           : launch_staged_kernel(rmsnorm_rope_qk_staged_kernel<T, Tw, false>,
+                                                                  kStagedBytesPerThread<kFullTables>))) {
                 return;
               }
               if (prefetch) {
