@@ -154,7 +154,7 @@ constexpr size_t kStagedBytesPerThread = 2 * kCached * kStageChunks<kTab> * 16;
 // of their 128-byte lines each, so the table loads after the reduction are L2 hits instead of
 // a second DRAM round trip. The H200 medians (2026-12-06 02:54) had the prologue at 83% of
 // copy (H100 95%): its tables are half the bytes it reads.
-// kStaged (candidate, LTX_KERNELS_QK_TABLES=staged; 8-wide calls with tables, its own kernel:
+// kStaged (candidate, LTX_KERNELS_QK_TABLES=staged; 8-wide calls with full tables, its own kernel:
 // rmsnorm_rope_qk_staged_kernel): the table values of the cached vectors are queued by cp.async
 // into this thread's shared-memory slots before q's and k's loads, so a token's every byte is in
 // flight at once. Without it, the SASS (sm_90) loads each cached vector's tables after the
@@ -430,7 +430,7 @@ void rmsnorm_rope_qk_launch(const at::Tensor& q_out2d, const at::Tensor& q2d,
   const bool shared_tables = p.batch > 1 && p.cos_b == 0 && p.sin_b == 0;
   const bool prefetch = rope && vec == 8 && tables_switch != "plain" && tables_switch != "staged" &&
                         (tables_switch == "prefetch" || shared_tables);
-  // Candidate (LTX_KERNELS_QK_TABLES=staged): the kStaged kernel for 8-wide calls with tables,
+  // Candidate (LTX_KERNELS_QK_TABLES=staged): the kStaged kernel for 8-wide calls with full tables,
   // where cp.async exists and two of its blocks fit per SM with their slots.
   const bool staged = rope && vec == 8 && tables == kFullTables && tables_switch == "staged";
   // Launches a staged kernel (blocks of at most kBlock threads, `per_thread` slot bytes
