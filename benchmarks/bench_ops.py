@@ -932,12 +932,16 @@ def run_case(case, env, timer, ceiling, empty_us, args):
             continue
         if impl.reference:
             row.update(status="ref", tables="")
-            with torch.no_grad():
-                row["us"] = timer.us(impl.fn)
-                if env.device == "cuda" and total <= SMALL_BYTES:
-                    row["graph_us"] = timer.graph_us(impl.fn)
-            row["gbps"] = total / (row["us"] * 1e-6) / 1e9
-            row["pct_copy"] = 100.0 * row["gbps"] / ceiling
+            try:
+                with torch.no_grad():
+                    row["us"] = timer.us(impl.fn)
+                    if env.device == "cuda" and total <= SMALL_BYTES:
+                        row["graph_us"] = timer.graph_us(impl.fn)
+                row["gbps"] = total / (row["us"] * 1e-6) / 1e9
+                row["pct_copy"] = 100.0 * row["gbps"] / ceiling
+            except Exception as e:  # a reference that fails takes nothing else down with it
+                row["status"] = "error"
+                row["note"] += f"; {type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
             continue
         try:
             poison_allocator(out_bytes, env.device)
