@@ -3,6 +3,16 @@
 # ...; the machine has no network) installed into /tmp/site on PYTHONPATH. Leaves the working
 # directory at the repository root. `device_env` prints the machine (date, GPU, torch, nvcc).
 export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1 HF_HUB_OFFLINE=${HF_HUB_OFFLINE:-1}
+# LTX_REQUIRE_CARD=H200: run only on a GPU whose name contains it, else exit 0 at once (a call
+# named `nvidia-h200` may land on an H100; exiting before the build costs ~30 s of device time
+# instead of a whole bench on the wrong card).
+if [ -n "${LTX_REQUIRE_CARD:-}" ]; then
+  card=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
+  if [[ "$card" != *"$LTX_REQUIRE_CARD"* ]]; then
+    echo "LTX_REQUIRE_CARD=$LTX_REQUIRE_CARD: this machine has '${card:-no GPU}'; nothing run"
+    exit 0
+  fi
+fi
 OUT=${OUT:-/tmp/ltx-out}
 mkdir -p "$OUT"
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
