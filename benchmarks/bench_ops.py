@@ -14,8 +14,8 @@ absent, never faked), and a device copy of the same bytes (a reference row, not 
 what a call of that size gets from the memory system); (3) medians of single calls timed
 with CUDA events, each after a read-only pass over a 256 MB buffer (cold, clean L2:
 ``Timer``; do_bench's zeroing left dirty lines the timed call had to write back) and, for
-shapes moving <= 8 MB, the time per call under
-CUDA-graph replay (20 calls per graph, so calls 2..20 see a warm L2); (4) µs, GB/s by the
+shapes moving <= 8 MB, the time per call under CUDA-graph replay (20 calls per graph, so
+calls 2..20 see a warm L2); (4) µs, GB/s by the
 minimum-bytes model (each input read once, each output written once; broadcast tables and
 weights counted once at their own size), % of the copy ceiling, ours / best peer;
 (5) every output is checked before it is timed: normwise and max-abs error against a
