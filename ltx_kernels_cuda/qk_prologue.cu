@@ -343,6 +343,15 @@ __global__ void __launch_bounds__(kBlock, kStagedMinBlocks) rmsnorm_rope_qk_stag
   qk_rows<T, Tw, 8, true, kFullTables, false, true, kL1>(p);
 }
 
+// Whether the staged form runs as planned on this device (common/dispatch.cuh staging_fits):
+// two blocks per SM with their slots (kBlock threads' worth, 64 KB).
+template <typename T, typename Tw, bool kL1>
+bool qk_staged_fits(int device) {
+  static int fits[64] = {};
+  return staging_fits(fits, reinterpret_cast<const void*>(rmsnorm_rope_qk_staged_kernel<T, Tw, kL1>), kBlock,
+                      kStagedMinBlocks, device, kStagedBytesPerThread<kFullTables> * kBlock);
+}
+
 
 }  // namespace
 }  // namespace ltx::cuda
@@ -433,25 +442,12 @@ void rmsnorm_rope_qk_launch(const at::Tensor& q_out2d, const at::Tensor& q2d,
   // Candidate (LTX_KERNELS_QK_TABLES=staged): the kStaged kernel for 8-wide calls with full tables,
   // where cp.async exists and two of its blocks fit per SM with their slots.
   const bool staged = rope && vec == 8 && tables == kFullTables && tables_switch == "staged";
-  // Launches a staged kernel (blocks of at most kBlock threads, `per_thread` slot bytes
-  // each); false where it cannot run as planned (sm_75, or under two blocks per SM).
-  auto launch_staged_kernel = [&](auto kernel, size_t per_thread) {
-    const void* fn = reinterpret_cast<const void*>(kernel);
-    const size_t most = per_thread * kBlock;
-    const bool fits = memo_query(std::make_pair(fn, device), [&] {
-      if (cc_major(device) < 8) return 0;
-      // Over 48 KB of dynamic shared memory is opt-in, per kernel and device.
-      if (cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(most)) !=
-          cudaSuccess) {
-        (void)cudaGetLastError();
-        return 0;
-      }
-      return resident_blocks(fn, kBlock, most, device) >= kStagedMinBlocks ? 1 : 0;
-    });
-    if (!fits) return false;
-    launch_rows_pow2(kernel, p, tpr_wanted, kBlock, p.tokens, device, stream, per_thread);
+  // Launches a staged kernel (blocks of at most kBlock threads, its slots per thread);
+  // the caller has checked that it fits (qk_staged_fits).
+  auto launch_staged = [&](auto kernel) {
+    launch_rows_pow2(kernel, p, tpr_wanted, kBlock, p.tokens, device, stream,
+                     kStagedBytesPerThread<kFullTables>);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
-    return true;
   };
 
   dispatch_float(x_dtype, [&](auto xt) {
@@ -464,11 +460,11 @@ void rmsnorm_rope_qk_launch(const at::Tensor& q_out2d, const at::Tensor& q2d,
           case 8:
             if constexpr (8 * widest <= 16) {
               // Shared tables through L1 (the batch's entries read them), per-batch around it.
-              if (staged && (shared_tables ? launch_staged_kernel(rmsnorm_rope_qk_staged_kernel<T, Tw, true>,
-                                                                  kStagedBytesPerThread<kFullTables>)
-                                           : launch_staged_kernel(rmsnorm_rope_qk_staged_kernel<T, Tw, false>,
-                                                                  kStagedBytesPerThread<kFullTables>))) {
-                return;
+              if (staged && shared_tables && qk_staged_fits<T, Tw, true>(device)) {
+                return launch_staged(rmsnorm_rope_qk_staged_kernel<T, Tw, true>);
+              }
+              if (staged && !shared_tables && qk_staged_fits<T, Tw, false>(device)) {
+                return launch_staged(rmsnorm_rope_qk_staged_kernel<T, Tw, false>);
               }
               if (prefetch) {
                 return launch(rmsnorm_rope_qk_kernel<T, Tw, 8, true, kFullTables, true>,
