@@ -34,7 +34,9 @@ on GPUs of < 30 GB/s DRAM per SM, e.g. the H100),
 LTX_KERNELS_GEGLU_TABLE=compact gives GEGLU the compact table; LTX_KERNELS_ACT_GRID=walk /
 rows / rows128 gives the computed GELU / GEGLU kernel 32 blocks per SM walking the rows
 (GELU's default) / a block per row group of at most 256 / 128 threads (GEGLU's default);
-LTX_KERNELS_GEGLU_PACKED=0 computes GEGLU's product in fp32 instead of on packed pairs; LTX_KERNELS_PDL=0 launches
+LTX_KERNELS_GEGLU_PACKED=0 computes GEGLU's product in fp32 instead of on packed pairs;
+LTX_KERNELS_ACT_PIPELINE=1 (with ACT_GRID=walk) has GEGLU's walking threads load their next
+row before computing this one, on one wave of blocks; LTX_KERNELS_PDL=0 launches
 rms_norm_direct_kernel and rope_kernel without programmatic dependent launch
 (common/pdl.cuh); LTX_KERNELS_RMS_DECODE_C=4 gives decode-sized rows 4 vectors per thread
 instead of 2, LTX_KERNELS_RMS_DECODE=loop gives them back the row loop and looped cross-warp
@@ -134,6 +136,7 @@ VARIANTS = {
         "ours (GEGLU block per row, 256)": {"LTX_KERNELS_ACT_GRID": "rows"},
         "ours (computed, 128-thread blocks)": {"LTX_KERNELS_GELU_TABLE": "0", "LTX_KERNELS_ACT_GRID": "rows128"},
         "ours (GEGLU fp32 product)": {"LTX_KERNELS_GEGLU_PACKED": "0"},
+        "ours (GEGLU pipelined walk)": {"LTX_KERNELS_ACT_GRID": "walk", "LTX_KERNELS_ACT_PIPELINE": "1"},
     },
     "rope": {
         "ours": {},

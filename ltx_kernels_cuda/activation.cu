@@ -38,6 +38,8 @@ constexpr int kBlock = 256;   // most threads per block
 template <bool kGated>
 constexpr int kUnroll = kGated ? 2 : 4;
 constexpr int kMinBlocks = 4; // resident blocks per SM the register budget must allow (<= 64 regs)
+template <bool kPipelined>
+constexpr int kActMinBlocks = kPipelined ? 3 : kMinBlocks;  // act_kernel's (kPipelined below)
 constexpr int kRowBlocks = 32; // blocks per SM down the rows at most; each walks on from there
 
 // Constants exactly as ATen computes them (double math, then one cast to float).
@@ -126,8 +128,17 @@ __device__ __forceinline__ Vec<T, N> act_vec(const Vec<T, N>& gv, const Vec<T, N
 // Grid: x = tile columns (U * tpr vectors of a row each), y = row groups walked with a
 // stride of gridDim.y groups. A thread's columns are fixed, so its bounds checks are
 // hoisted out of the row loop and its addresses only advance by a constant per row.
-template <typename T, int N, GeluKind K, bool kGated, bool kPacked = true>
-__global__ void __launch_bounds__(kBlock, kMinBlocks) act_kernel(ActParams p) {
+//
+// kPipelined (A/B candidate, LTX_KERNELS_ACT_PIPELINE=1; 16-byte vectors of 16-bit gated
+// calls on the walking grid): a thread loads its next row's vectors before it computes this
+// row's, so its loads stay in flight through the ~25 instructions per element of tanhf and
+// GELU. Without it a thread has nothing in flight while it computes (loads, math, stores),
+// and on the H200 GEGLU ran at 96% of copy against FlashInfer's 103% (2026-12-06 02:54):
+// bytes in flight per SM, not issue slots alone, may be what is short there.
+// Its two rows of vectors in registers take three blocks per SM (85 registers; at four,
+// 64, bf16 spilled).
+template <typename T, int N, GeluKind K, bool kGated, bool kPacked = true, bool kPipelined = false>
+__global__ void __launch_bounds__(kBlock, kActMinBlocks<kPipelined>) act_kernel(ActParams p) {
   using V = Vec<T, N>;
   constexpr int U = kUnroll<kGated>;
   const T* gate = static_cast<const T*>(p.gate);
@@ -157,28 +168,47 @@ __global__ void __launch_bounds__(kBlock, kMinBlocks) act_kernel(ActParams p) {
     bool live[U];
 #pragma unroll
     for (int u = 0; u < U; ++u) live[u] = kFull || j0 + static_cast<int64_t>(u) * p.tpr < p.nvec;
-    for (; row < p.rows; row += row_step, gi += gstep, oi += ostep) {
-      const T* g = gate + gi;
-      [[maybe_unused]] const T* v = value + gi;
-      T* o = out + oi;
-      V gv[U];
-      [[maybe_unused]] V vv[kGated ? U : 1];
+    using Vv = V[kGated ? U : 1];
+    auto load_row = [&](int64_t at, V (&gd)[U], Vv& vd) {
 #pragma unroll
       for (int u = 0; u < U; ++u) {
         if (live[u]) {
-          gv[u] = V::load(g + u * du);
-          if constexpr (kGated) vv[u] = V::load(v + u * du);
+          gd[u] = V::load(gate + at + u * du);
+          if constexpr (kGated) vd[u] = V::load(value + at + u * du);
         }
       }
+    };
+    auto store_row = [&](T* o, const V (&gd)[U], const Vv& vd) {
 #pragma unroll
       for (int u = 0; u < U; ++u) {
         if (live[u]) {
           if constexpr (kGated) {
-            act_vec<T, N, K, true, kPacked>(gv[u], vv[u]).store(o + u * du);
+            act_vec<T, N, K, true, kPacked>(gd[u], vd[u]).store(o + u * du);
           } else {
-            act_vec<T, N, K, false>(gv[u], gv[u]).store(o + u * du);
+            act_vec<T, N, K, false>(gd[u], gd[u]).store(o + u * du);
           }
         }
+      }
+    };
+    V gv[U];
+    [[maybe_unused]] Vv vv;
+    if constexpr (kPipelined) {
+      if (row < p.rows) load_row(gi, gv, vv);
+    }
+    for (; row < p.rows; row += row_step, gi += gstep, oi += ostep) {
+      if constexpr (kPipelined) {
+        V gn[U];
+        [[maybe_unused]] Vv vn;
+        if (row + row_step < p.rows) load_row(gi + gstep, gn, vn);
+        store_row(out + oi, gv, vv);
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+          gv[u] = gn[u];
+          if constexpr (kGated) vv[u] = vn[u];
+        }
+      } else {
+        load_row(gi, gv, vv);
+        store_row(out + oi, gv, vv);
       }
     }
   };
@@ -604,8 +634,13 @@ void launch(ActParams p, int64_t rows, int64_t cols, int vec, const at::Tensor& 
   // Down the rows: enough blocks to fill the GPU several times over, at most the grid's
   // y limit; every block walks on by gridDim.y row groups.
   const int64_t row_groups = ceil_div(rows, groups);
+  // LTX_KERNELS_ACT_PIPELINE=1 (read per call, gated calls only): act_kernel's kPipelined,
+  // on a grid of resident blocks only (one wave), so each thread's pipeline runs down ~60
+  // rows instead of ~8.
+  const bool pipelined = kGated && !block_per_row && ab_switch("LTX_KERNELS_ACT_PIPELINE") == "1";
   const int64_t want_y =
-      block_per_row ? row_groups : std::max<int64_t>(1, sm_count(device) * kRowBlocks / col_tiles);
+      block_per_row ? row_groups
+                    : std::max<int64_t>(1, sm_count(device) * (pipelined ? kActMinBlocks<true> : kRowBlocks) / col_tiles);
   const dim3 grid(static_cast<unsigned>(col_tiles),
                   static_cast<unsigned>(std::min({row_groups, want_y, int64_t{65535}})));
   // GEGLU's product on packed pairs (act_vec; H100 2026-12-05 17:12: 261.9 -> 261.4 µs at
@@ -620,6 +655,15 @@ void launch(ActParams p, int64_t rows, int64_t cols, int vec, const at::Tensor& 
       constexpr int N = decltype(n)::value;
       if constexpr (N * sizeof(T) <= 16) {
         if constexpr (kPairs8 && N == 8) {
+          if (pipelined) {  // A/B candidate (act_kernel's kPipelined)
+            if (kind == GeluKind::kTanh) {
+              act_kernel<T, N, GeluKind::kTanh, true, true, true><<<grid, block, 0, stream>>>(p);
+            } else {
+              act_kernel<T, N, GeluKind::kErf, true, true, true><<<grid, block, 0, stream>>>(p);
+            }
+            C10_CUDA_KERNEL_LAUNCH_CHECK();
+            return;
+          }
           if (!packed) {  // 16-byte vectors only: the shapes A/B times
             if (kind == GeluKind::kTanh) {
               act_kernel<T, N, GeluKind::kTanh, true, false><<<grid, block, 0, stream>>>(p);
