@@ -26,6 +26,7 @@
 #include <type_traits>
 
 #include "../torch-ext/torch_binding.h"
+#include "common/async_copy.cuh"
 #include "common/dispatch.cuh"
 #include "common/vec.cuh"
 
@@ -38,8 +39,6 @@ constexpr int kBlock = 256;   // most threads per block
 template <bool kGated>
 constexpr int kUnroll = kGated ? 2 : 4;
 constexpr int kMinBlocks = 4; // resident blocks per SM the register budget must allow (<= 64 regs)
-template <bool kPipelined>
-constexpr int kActMinBlocks = kPipelined ? 3 : kMinBlocks;  // act_kernel's (kPipelined below)
 constexpr int kRowBlocks = 32; // blocks per SM down the rows at most; each walks on from there
 
 // Constants exactly as ATen computes them (double math, then one cast to float).
@@ -130,15 +129,17 @@ __device__ __forceinline__ Vec<T, N> act_vec(const Vec<T, N>& gv, const Vec<T, N
 // hoisted out of the row loop and its addresses only advance by a constant per row.
 //
 // kPipelined (A/B candidate, LTX_KERNELS_ACT_PIPELINE=1; 16-byte vectors of 16-bit gated
-// calls on the walking grid): a thread loads its next row's vectors before it computes this
-// row's, so its loads stay in flight through the ~25 instructions per element of tanhf and
-// GELU. Without it a thread has nothing in flight while it computes (loads, math, stores),
-// and on the H200 GEGLU ran at 96% of copy against FlashInfer's 103% (2026-12-06 02:54):
-// bytes in flight per SM, not issue slots alone, may be what is short there.
-// Its two rows of vectors in registers take three blocks per SM (85 registers; at four,
-// 64, bf16 spilled).
+// calls on the walking grid): a thread queues its next row's vectors (cp.async into its own
+// shared-memory slots, common/async_copy.cuh) before it computes this row's, so its loads
+// stay in flight through the ~25 instructions per element of tanhf and GELU. Without it a
+// thread has nothing in flight while it computes (loads, math, stores), and on the H200
+// GEGLU ran at 96% of copy against FlashInfer's 103% (2026-12-06 02:54): bytes in flight
+// per SM, not issue slots alone, may be what is short there. A first form held the next
+// row in registers (3 blocks per SM): ptxas sank those loads below the math, to just
+// before the stores, so nothing overlapped (and it was 2.4% slower on the H100, RESULTS.md
+// 2026-12-06 14:20); cp.async slots cost no registers and cannot be sunk.
 template <typename T, int N, GeluKind K, bool kGated, bool kPacked = true, bool kPipelined = false>
-__global__ void __launch_bounds__(kBlock, kActMinBlocks<kPipelined>) act_kernel(ActParams p) {
+__global__ void __launch_bounds__(kBlock, kMinBlocks) act_kernel(ActParams p) {
   using V = Vec<T, N>;
   constexpr int U = kUnroll<kGated>;
   const T* gate = static_cast<const T*>(p.gate);
@@ -193,20 +194,40 @@ __global__ void __launch_bounds__(kBlock, kActMinBlocks<kPipelined>) act_kernel(
     V gv[U];
     [[maybe_unused]] Vv vv;
     if constexpr (kPipelined) {
-      if (row < p.rows) load_row(gi, gv, vv);
-    }
-    for (; row < p.rows; row += row_step, gi += gstep, oi += ostep) {
-      if constexpr (kPipelined) {
-        V gn[U];
-        [[maybe_unused]] Vv vn;
-        if (row + row_step < p.rows) load_row(gi + gstep, gn, vn);
-        store_row(out + oi, gv, vv);
+      // Two stages of this thread's slots, [stage][u][operand][thread]: 16-byte slots of
+      // consecutive threads side by side, so the read-backs are conflict-free.
+      extern __shared__ __align__(16) uint4 act_slots[];
+      constexpr int kOps = kGated ? 2 : 1;
+      auto slot = [&](int stage, int u, int op) {
+        return act_slots + ((stage * U + u) * kOps + op) * static_cast<int>(blockDim.x) + threadIdx.x;
+      };
+      auto queue_row = [&](int stage, int64_t at) {
 #pragma unroll
         for (int u = 0; u < U; ++u) {
-          gv[u] = gn[u];
-          if constexpr (kGated) vv[u] = vn[u];
+          if (live[u]) {
+            cp_async<16>(slot(stage, u, 0), gate + at + u * du);
+            if constexpr (kGated) cp_async<16>(slot(stage, u, 1), value + at + u * du);
+          }
         }
-      } else {
+      };
+      int stage = 0;
+      if (row < p.rows) queue_row(0, gi);
+      cp_async_commit();
+      for (; row < p.rows; row += row_step, gi += gstep, oi += ostep, stage ^= 1) {
+        if (row + row_step < p.rows) queue_row(stage ^ 1, gi + gstep);
+        cp_async_commit();  // (possibly empty: one group per row keeps the wait uniform)
+        cp_async_wait<1>();  // this row's group has landed; the next row's stays in flight
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+          if (live[u]) {
+            gv[u] = read_slot<V>(slot(stage, u, 0));
+            if constexpr (kGated) vv[u] = read_slot<V>(slot(stage, u, 1));
+          }
+        }
+        store_row(out + oi, gv, vv);
+      }
+    } else {
+      for (; row < p.rows; row += row_step, gi += gstep, oi += ostep) {
         load_row(gi, gv, vv);
         store_row(out + oi, gv, vv);
       }
@@ -640,7 +661,7 @@ void launch(ActParams p, int64_t rows, int64_t cols, int vec, const at::Tensor& 
   const bool pipelined = kGated && !block_per_row && ab_switch("LTX_KERNELS_ACT_PIPELINE") == "1";
   const int64_t want_y =
       block_per_row ? row_groups
-                    : std::max<int64_t>(1, sm_count(device) * (pipelined ? kActMinBlocks<true> : kRowBlocks) / col_tiles);
+                    : std::max<int64_t>(1, sm_count(device) * (pipelined ? kMinBlocks : kRowBlocks) / col_tiles);
   const dim3 grid(static_cast<unsigned>(col_tiles),
                   static_cast<unsigned>(std::min({row_groups, want_y, int64_t{65535}})));
   // GEGLU's product on packed pairs (act_vec; H100 2026-12-05 17:12: 261.9 -> 261.4 µs at
@@ -656,10 +677,12 @@ void launch(ActParams p, int64_t rows, int64_t cols, int vec, const at::Tensor& 
       if constexpr (N * sizeof(T) <= 16) {
         if constexpr (kPairs8 && N == 8) {
           if (pipelined) {  // A/B candidate (act_kernel's kPipelined)
+            // Two stages x U vectors x two operands of 16-byte slots per thread (32 KB).
+            const size_t smem = static_cast<size_t>(block) * 2 * U * 2 * 16;
             if (kind == GeluKind::kTanh) {
-              act_kernel<T, N, GeluKind::kTanh, true, true, true><<<grid, block, 0, stream>>>(p);
+              act_kernel<T, N, GeluKind::kTanh, true, true, true><<<grid, block, smem, stream>>>(p);
             } else {
-              act_kernel<T, N, GeluKind::kErf, true, true, true><<<grid, block, 0, stream>>>(p);
+              act_kernel<T, N, GeluKind::kErf, true, true, true><<<grid, block, smem, stream>>>(p);
             }
             C10_CUDA_KERNEL_LAUNCH_CHECK();
             return;
