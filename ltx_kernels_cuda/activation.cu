@@ -137,7 +137,9 @@ __device__ __forceinline__ Vec<T, N> act_vec(const Vec<T, N>& gv, const Vec<T, N
 // per SM, not issue slots alone, may be what is short there. A first form held the next
 // row in registers (3 blocks per SM): ptxas sank those loads below the math, to just
 // before the stores, so nothing overlapped (and it was 2.4% slower on the H100, RESULTS.md
-// 2026-12-06 14:20); cp.async slots cost no registers and cannot be sunk.
+// 2026-12-06 14:20); cp.async slots cost no registers and cannot be sunk. This form was
+// slower on the H100 as well (16128 rows 261.7 -> 270.5 µs, RESULTS.md 15:09), where GEGLU
+// already runs at the copy rate; it stays a switch until the H200 has timed it.
 template <typename T, int N, GeluKind K, bool kGated, bool kPacked = true, bool kPipelined = false>
 __global__ void __launch_bounds__(kBlock, kMinBlocks) act_kernel(ActParams p) {
   using V = Vec<T, N>;
