@@ -35,8 +35,8 @@ LTX_KERNELS_GEGLU_TABLE=compact gives GEGLU the compact table; LTX_KERNELS_ACT_G
 rows / rows128 gives the computed GELU / GEGLU kernel 32 blocks per SM walking the rows
 (GELU's default) / a block per row group of at most 256 / 128 threads (GEGLU's default);
 LTX_KERNELS_GEGLU_PACKED=0 computes GEGLU's product in fp32 instead of on packed pairs;
-LTX_KERNELS_ACT_PIPELINE=1 (with ACT_GRID=walk) has GEGLU's walking threads load their next
-row before computing this one, on one wave of blocks; LTX_KERNELS_PDL=0 launches
+LTX_KERNELS_ACT_PIPELINE=1 (with ACT_GRID=walk) has GEGLU's walking threads queue their next
+row by cp.async before computing this one, on one wave of blocks; LTX_KERNELS_PDL=0 launches
 rms_norm_direct_kernel and rope_kernel without programmatic dependent launch
 (common/pdl.cuh); LTX_KERNELS_RMS_DECODE_C=4 gives decode-sized rows 4 vectors per thread
 instead of 2, LTX_KERNELS_RMS_DECODE=loop gives them back the row loop and looped cross-warp

@@ -659,7 +659,8 @@ void launch(ActParams p, int64_t rows, int64_t cols, int vec, const at::Tensor& 
   const int64_t row_groups = ceil_div(rows, groups);
   // LTX_KERNELS_ACT_PIPELINE=1 (read per call, gated calls only): act_kernel's kPipelined,
   // on a grid of resident blocks only (one wave), so each thread's pipeline runs down ~60
-  // rows instead of ~8.
+  // rows instead of ~8. Gated calls it has no instantiation for (fp32, narrower vectors)
+  // run the plain kernel on that grid.
   const bool pipelined = kGated && !block_per_row && ab_switch("LTX_KERNELS_ACT_PIPELINE") == "1";
   const int64_t want_y =
       block_per_row ? row_groups
