@@ -140,6 +140,9 @@ __device__ __forceinline__ Vec<T, N> act_vec(const Vec<T, N>& gv, const Vec<T, N
 // 2026-12-06 14:20); cp.async slots cost no registers and cannot be sunk. This form was
 // slower on the H100 as well (16128 rows 261.7 -> 270.5 µs, RESULTS.md 15:09), where GEGLU
 // already runs at the copy rate; it stays a switch until the H200 has timed it.
+// Its slots per thread: two stages x U vectors x two operands, 16 bytes each (32 KB per
+// 256-thread block); the launcher sizes the dynamic shared memory by this.
+constexpr size_t kPipelineBytesPerThread = 2 * kUnroll<true> * 2 * sizeof(uint4);
 template <typename T, int N, GeluKind K, bool kGated, bool kPacked = true, bool kPipelined = false>
 __global__ void __launch_bounds__(kBlock, kMinBlocks) act_kernel(ActParams p) {
   using V = Vec<T, N>;
@@ -198,8 +201,9 @@ __global__ void __launch_bounds__(kBlock, kMinBlocks) act_kernel(ActParams p) {
     if constexpr (kPipelined) {
       // Two stages of this thread's slots, [stage][u][operand][thread]: 16-byte slots of
       // consecutive threads side by side, so the read-backs are conflict-free.
+      static_assert(kGated, "kPipelineBytesPerThread counts two operands");
       extern __shared__ __align__(16) uint4 act_slots[];
-      constexpr int kOps = kGated ? 2 : 1;
+      constexpr int kOps = 2;
       auto slot = [&](int stage, int u, int op) {
         return act_slots + ((stage * U + u) * kOps + op) * static_cast<int>(blockDim.x) + threadIdx.x;
       };
@@ -680,8 +684,7 @@ void launch(ActParams p, int64_t rows, int64_t cols, int vec, const at::Tensor& 
       if constexpr (N * sizeof(T) <= 16) {
         if constexpr (kPairs8 && N == 8) {
           if (pipelined) {  // A/B candidate (act_kernel's kPipelined)
-            // Two stages x U vectors x two operands of 16-byte slots per thread (32 KB).
-            const size_t smem = static_cast<size_t>(block) * 2 * U * 2 * 16;
+            const size_t smem = static_cast<size_t>(block) * kPipelineBytesPerThread;
             if (kind == GeluKind::kTanh) {
               act_kernel<T, N, GeluKind::kTanh, true, true, true><<<grid, block, smem, stream>>>(p);
             } else {

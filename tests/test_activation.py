@@ -227,7 +227,7 @@ def test_geglu_launch_forms(monkeypatch, dtype, approximate, form):
     block per row group, at most 128 threads) and the others (LTX_KERNELS_ACT_GRID=walk: 32
     blocks per SM walking down the rows, GELU's; =rows: a block per row group of up to 256),
     with its product on packed pairs (the default) and in fp32 (LTX_KERNELS_GEGLU_PACKED=0),
-    and the walk with each thread's next row loaded before this one is computed
+    and the walk with each thread's next row queued by cp.async before this one is computed
     (LTX_KERNELS_ACT_PIPELINE=1, one wave of blocks: rows past the last whole step):
     every 16-bit gate pattern, rows whose tile column ends part-way (d = 8192 + 8, 1000),
     strided rows, a row count that is not a multiple of the grid's, both halves' orders; and
