@@ -662,9 +662,9 @@ void launch(ActParams p, int64_t rows, int64_t cols, int vec, const at::Tensor& 
   // y limit; every block walks on by gridDim.y row groups.
   const int64_t row_groups = ceil_div(rows, groups);
   // LTX_KERNELS_ACT_PIPELINE=1 (read per call, gated calls only): act_kernel's kPipelined,
-  // on a grid of resident blocks only (one wave), so each thread's pipeline runs down ~60
-  // rows instead of ~8. Gated calls it has no instantiation for (fp32, narrower vectors)
-  // run the plain kernel on that grid.
+  // on a grid of resident blocks only (one wave, sized at its launch below), so each
+  // thread's pipeline runs down ~60 rows instead of ~8. Gated calls it has no instantiation
+  // for (fp32, narrower vectors) run the plain kernel on a grid of kMinBlocks per SM.
   const bool pipelined = kGated && !block_per_row && ab_switch("LTX_KERNELS_ACT_PIPELINE") == "1";
   const int64_t want_y =
       block_per_row ? row_groups
@@ -685,11 +685,14 @@ void launch(ActParams p, int64_t rows, int64_t cols, int vec, const at::Tensor& 
         if constexpr (kPairs8 && N == 8) {
           if (pipelined) {  // A/B candidate (act_kernel's kPipelined)
             const size_t smem = static_cast<size_t>(block) * kPipelineBytesPerThread;
-            if (kind == GeluKind::kTanh) {
-              act_kernel<T, N, GeluKind::kTanh, true, true, true><<<grid, block, smem, stream>>>(p);
-            } else {
-              act_kernel<T, N, GeluKind::kErf, true, true, true><<<grid, block, smem, stream>>>(p);
-            }
+            const auto kernel = kind == GeluKind::kTanh ? act_kernel<T, N, GeluKind::kTanh, true, true, true>
+                                                        : act_kernel<T, N, GeluKind::kErf, true, true, true>;
+            // One wave of the blocks that are resident with their slots: kMinBlocks (4) where
+            // the SM has 164-228 KB of shared memory, 3 where it has 100 KB (sm_86 / 89 / 120).
+            const int per_sm = resident_blocks(reinterpret_cast<const void*>(kernel), block, smem, device);
+            const int64_t wave_y = std::max<int64_t>(1, int64_t{sm_count(device)} * per_sm / col_tiles);
+            const dim3 wave(grid.x, static_cast<unsigned>(std::min({row_groups, wave_y, int64_t{65535}})));
+            kernel<<<wave, block, smem, stream>>>(p);
             C10_CUDA_KERNEL_LAUNCH_CHECK();
             return;
           }
