@@ -666,11 +666,14 @@ void launch(ActParams p, int64_t rows, int64_t cols, int vec, const at::Tensor& 
   // thread's pipeline runs down ~60 rows instead of ~8. Gated calls it has no instantiation
   // for (fp32, narrower vectors) run the plain kernel on a grid of kMinBlocks per SM.
   const bool pipelined = kGated && !block_per_row && ab_switch("LTX_KERNELS_ACT_PIPELINE") == "1";
-  const int64_t want_y =
-      block_per_row ? row_groups
-                    : std::max<int64_t>(1, sm_count(device) * (pipelined ? kMinBlocks : kRowBlocks) / col_tiles);
-  const dim3 grid(static_cast<unsigned>(col_tiles),
-                  static_cast<unsigned>(std::min({row_groups, want_y, int64_t{65535}})));
+  // The grid for `per_sm` blocks per SM (shared by every column tile), or a block per row group.
+  const auto grid_for = [&](int64_t per_sm) {
+    const int64_t want_y =
+        block_per_row ? row_groups : std::max<int64_t>(1, int64_t{sm_count(device)} * per_sm / col_tiles);
+    return dim3(static_cast<unsigned>(col_tiles),
+                static_cast<unsigned>(std::min({row_groups, want_y, int64_t{65535}})));
+  };
+  const dim3 grid = grid_for(pipelined ? kMinBlocks : kRowBlocks);
   // GEGLU's product on packed pairs (act_vec; H100 2026-12-05 17:12: 261.9 -> 261.4 µs at
   // 16128 rows, 132.1 -> 131.8 at 2 x 4096); LTX_KERNELS_GEGLU_PACKED=0 (read per call)
   // keeps the fp32 product, for the A/B (read for gated calls only).
@@ -689,9 +692,8 @@ void launch(ActParams p, int64_t rows, int64_t cols, int vec, const at::Tensor& 
                                                         : act_kernel<T, N, GeluKind::kErf, true, true, true>;
             // One wave of the blocks that are resident with their slots: kMinBlocks (4) where
             // the SM has 164-228 KB of shared memory, 3 where it has 100 KB (sm_86 / 89 / 120).
-            const int per_sm = resident_blocks(reinterpret_cast<const void*>(kernel), block, smem, device);
-            const int64_t wave_y = std::max<int64_t>(1, int64_t{sm_count(device)} * per_sm / col_tiles);
-            const dim3 wave(grid.x, static_cast<unsigned>(std::min({row_groups, wave_y, int64_t{65535}})));
+            const dim3 wave =
+                grid_for(resident_blocks(reinterpret_cast<const void*>(kernel), block, smem, device));
             kernel<<<wave, block, smem, stream>>>(p);
             C10_CUDA_KERNEL_LAUNCH_CHECK();
             return;

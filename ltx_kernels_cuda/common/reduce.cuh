@@ -138,16 +138,19 @@ __device__ __forceinline__ MeanM2 row_mean_m2(MeanM2 v, float n, const RowGroup&
   }
   __syncthreads();
   // The row's warps in order, each of nw = 32 n elements; the same chain in every thread.
+  // Warp k joins k warps' worth: its weight in the mean is w = 1 / (k + 1) and the means'
+  // spread counts k nw * nw / ((k + 1) nw) = nw (1 - w). w by MUFU.RCP (<= 1 ulp off):
+  // written as count * nw / total these were two IEEE divisions per warp, each with FCHK and
+  // a slow-path CALL (14 FCHK in every LayerNorm kernel, SASS sm_90). Fully unrolled with
+  // constant fractions instead, ptxas hoisted the loads and took up to 25 more registers.
   const float nw = 32.f * n;
   MeanM2 acc{buf[g.first], buf[kMaxWarpsPerBlock + g.first]};
-  float count = nw;
   for (int k = 1; k < (g.tpr >> 5); ++k) {
     const MeanM2 b{buf[g.first + k], buf[kMaxWarpsPerBlock + g.first + k]};
-    const float total = count + nw;
+    const float w = __fdividef(1.0f, static_cast<float>(k + 1));
     const float d = b.mean - acc.mean;
-    acc.mean += d * (nw / total);
-    acc.m2 += b.m2 + d * d * (count * nw / total);
-    count = total;
+    acc.mean += d * w;
+    acc.m2 += b.m2 + d * d * (nw * (1.0f - w));
   }
   return acc;
 }
