@@ -61,7 +61,7 @@ void adaln_bwd_rows(const at::Tensor& dx2d, const at::Tensor& gn2d, const at::Te
     A *xh = xb.data(), *g = gb.data(), *s = sb.data(), *t = tb.data();
     for (int64_t row = begin; row < end; ++row) {
       int64_t off[1];
-      rows.offsets<1>(row, off);
+      rows.offsets<1, true>(row, off);
       load_row(x2d.const_data_ptr(), x2d.scalar_type(), row * xs, cols, xh);
       load_row(g2d.const_data_ptr(), g2d.scalar_type(), row * gs, cols, g);
       load_row(scale.const_data_ptr(), scale.scalar_type(), off[0], cols, s);
@@ -100,7 +100,7 @@ void gated_bwd_rows(const at::Tensor& dy2d, const at::Tensor& dg2d, const at::Te
     std::vector<A> gb(cols), ob(cols), tb(cols);
     for (int64_t row = begin; row < end; ++row) {
       int64_t off[2];
-      rows.offsets<2>(row, off);
+      rows.offsets<2, true>(row, off);
       load_row(g2d.const_data_ptr(), g2d.scalar_type(), row * gs, cols, gb.data());
       if (dy2d.defined()) {
         load_row(gate.const_data_ptr(), gate.scalar_type(), off[1], cols, ob.data());

@@ -103,7 +103,7 @@ void adaln_rows(const at::Tensor& out2d, const at::Tensor& x2d, const at::Tensor
     A* s1 = sb.data();
     for (int64_t row = begin; row < end; ++row) {
       int64_t off[2];
-      rows.offsets<2>(row, off);
+      rows.offsets<2, true>(row, off);
       load_row(x, xt, row * x_stride, cols, n);
       A inv, mean = 0;
       if (norm == AdaLnNorm::kRms) {
@@ -160,7 +160,7 @@ void gated_rows(const at::Tensor& out2d, const at::Tensor& x2d, const at::Tensor
     std::vector<A> xb(cols), yb(cols), gb(cols);
     for (int64_t row = begin; row < end; ++row) {
       int64_t off[2];
-      rows.offsets<2>(row, off);
+      rows.offsets<2, true>(row, off);
       load_row(yp, yt, off[0], cols, yb.data());
       load_row(gp, gt, off[1], cols, gb.data());
       for (int64_t c = 0; c < cols; ++c) yb[c] = yb[c] * gb[c];

@@ -597,7 +597,7 @@ __global__ void __launch_bounds__(kDirectBlock, kAdaDirectMinBlocks<kMod, C>)
     // f(i, scale_offset, shift_offset) for each of this thread's vectors of the modulation
     // row (element offsets), for the early and staged forms.
     auto each_mod_vector = [&](auto f) {
-      p.rs.offsets<2>(r, off);
+      p.rs.offsets<2, true>(r, off);
 #pragma unroll
       for (int i = 0; i < C; ++i) {
         const int j = lane + i * p.tpr;
@@ -640,7 +640,7 @@ __global__ void __launch_bounds__(kDirectBlock, kAdaDirectMinBlocks<kMod, C>)
         p.inv_per_thread);
     if (!active) continue;
 
-    if constexpr (kMod == kModLate) p.rs.offsets<2>(row, off);
+    if constexpr (kMod == kModLate) p.rs.offsets<2, true>(row, off);
     if constexpr (kStaged) cp_async_wait<0>();
     T* orow = out + row * p.out_stride;
 #pragma unroll
@@ -764,7 +764,7 @@ __global__ void __launch_bounds__(kMaxRowThreads, 1) gated_residual_kernel(GateP
   for (int64_t row = static_cast<int64_t>(blockIdx.x) * groups + threadIdx.x / p.tpr;
        row < p.rows; row += static_cast<int64_t>(gridDim.x) * groups) {
     int64_t off[2];
-    p.rs.offsets<2>(row, off);
+    p.rs.offsets<2, true>(row, off);
     const int64_t xo = row * p.x_stride;
     const int64_t oo = row * p.out_stride;
     // Batches of kCached vectors: all loads first (bytes in flight), then the stores.

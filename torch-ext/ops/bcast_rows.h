@@ -102,7 +102,7 @@ inline RowSpace make_row_space(const at::Tensor& x, at::Tensor* const* operands,
     rs.size[first + d] = dims[d].size;
     for (int k = 0; k < n; ++k) rs.stride[k][first + d] = dims[d].stride[k];
   }
-  rs.rows32 = row_count(x) <= INT32_MAX;
+  if (row_count(x) <= INT32_MAX) rs.use_rows32();
   return rs;
 }
 
