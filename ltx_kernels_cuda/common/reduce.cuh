@@ -139,7 +139,7 @@ __device__ __forceinline__ MeanM2 row_mean_m2(MeanM2 v, float n, const RowGroup&
   __syncthreads();
   // The row's warps in order, each of nw = 32 n elements; the same chain in every thread.
   // Warp k joins k warps' worth: its weight in the mean is w = 1 / (k + 1) and the means'
-  // spread counts k nw * nw / ((k + 1) nw) = nw (1 - w). w by MUFU.RCP (<= 1 ulp off):
+  // spread counts k nw * nw / ((k + 1) nw) = nw (1 - w). w by MUFU.RCP (__fdividef, <= 2 ulp):
   // written as count * nw / total these were two IEEE divisions per warp, each with FCHK and
   // a slow-path CALL (14 FCHK in every LayerNorm kernel, SASS sm_90). Fully unrolled with
   // constant fractions instead, ptxas hoisted the loads and took up to 25 more registers.
