@@ -41,6 +41,7 @@ struct QkParams {
   const float* sin;
   int64_t cos_b, cos_s, sin_b, sin_s;
   int64_t seq, batch;
+  DivU32 by_batch;  // batch >= 2 and tokens <= INT32_MAX: i / batch by a multiply
   int cols;
   int tpr;
   float eps;
@@ -193,14 +194,27 @@ __device__ __forceinline__ void qk_rows(const QkParams& p) {
     // Position-major with tables: token i is (s = i / batch, b = i % batch). Unlike RoPE's
     // tokens, the prologue's rows lose batch-major (H100, 2026-12-06: LTX's [2, 8064, 2048]
     // 140.8 -> 153.4 µs with a stride-0 pair of tables, 155.6 -> 181.8 µs with full tables).
-    const int64_t row = rope ? (i % p.batch) * p.seq + i / p.batch : i;
+    // The row's address waits on this division before q's and k's loads can issue, so it is
+    // one multiply (by_batch) where it can be, never a 64-bit divide routine; (b, s) serve the
+    // tables too (no second division by seq).
+    int64_t b = 0, s = i;
+    if (rope && p.batch > 1) {
+      if (p.by_batch.magic != 0) {
+        const uint32_t q = p.by_batch.div(static_cast<uint32_t>(i));
+        s = q;
+        b = i - static_cast<int64_t>(q) * p.batch;
+      } else {
+        b = i % p.batch;
+        s = i / p.batch;
+      }
+    }
+    const int64_t row = rope ? b * p.seq + s : i;
     // The table rows: found here when staged; otherwise after the reduction, where they hold
     // no registers across it.
     const float* crow = nullptr;
     const float* srow = nullptr;
     auto find_tables = [&] {
       if (rope) {
-        const int64_t b = row / p.seq, s = row % p.seq;
         crow = p.cos + b * p.cos_b + s * p.cos_s;
         srow = p.sin + b * p.sin_b + s * p.sin_s;
       }
@@ -243,8 +257,6 @@ __device__ __forceinline__ void qk_rows(const QkParams& p) {
     }
     if constexpr (kPrefetch) {
       if (rope && i < p.tokens) {
-        // (b, s) straight from i (position-major: the row is b * seq + s).
-        const int64_t b = i % p.batch, s = i / p.batch;
         const char* rows[2] = {reinterpret_cast<const char*>(p.cos + b * p.cos_b + s * p.cos_s),
                                reinterpret_cast<const char*>(p.sin + b * p.sin_b + s * p.sin_s)};
         const int row_bytes = p.cols * static_cast<int>(sizeof(float)) / (kTab == kPairTables ? 2 : 1);
@@ -387,6 +399,8 @@ void rmsnorm_rope_qk_launch(const at::Tensor& q_out2d, const at::Tensor& q2d,
   p.eps = static_cast<float>(eps);
   p.seq = std::max<int64_t>(seq, 1);
   p.batch = std::max<int64_t>(p.tokens / p.seq, 1);
+  // Tokens are < 2^31 in every model we know of; beyond, the kernel divides in 64 bits.
+  if (p.batch > 1 && p.tokens <= INT32_MAX) p.by_batch = DivU32(static_cast<uint32_t>(p.batch));
   const bool rope = cos.defined();
   if (rope) {
     p.cos = cos.const_data_ptr<float>();
