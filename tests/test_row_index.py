@@ -1,5 +1,6 @@
 """torch-ext/ops/row_index.h's DivU32 (division by a multiply, which the AdaLN and gated
-residual kernels and the CPU backend use to unravel rows) against `/`, compiled on the host.
+residual kernels and the CPU backend use to unravel rows, and the q/k prologue's CUDA kernel to
+split tokens) against `/`, compiled on the host.
 The op tests reach it through the row spaces they make; this one covers every divisor up to
 20 000, the powers of two and their neighbours, and random large divisors, each at the
 numerators where a wrong magic number shows first (around multiples of d, and 2^32 - 1)."""

@@ -32,8 +32,9 @@ constexpr int kMaxRowOperands = 2;
 // using multiplication", 1994, section 4: l = ceil(log2 d), m = 2^32 (2^l - d) / d + 1,
 // q = (t + (n - t) / 2) >> (l - 1) with t = high word of m n; exact for every n < 2^32 and
 // 2 <= d <= 2^31). A `/` by a run-time value is ~20 dependent instructions on sm_90 with an
-// I2F and a MUFU.RCP in the chain (SASS, nvcc 13.0), once per row of every AdaLN and
-// gated-residual kernel, whose rows are a few hundred instructions.
+// I2F and a MUFU.RCP in the chain (SASS, nvcc 13.0), once per row of the direct AdaLN and
+// gated-residual kernels (RowSpace below) and per token of the q/k prologue (qk_prologue.cu),
+// whose rows are a few hundred instructions.
 struct DivU32 {
   uint32_t magic = 0;
   uint32_t shift = 0;  // l - 1
