@@ -154,6 +154,8 @@ VARIANTS = {
         "ours (tables not prefetched)": {"LTX_KERNELS_QK_TABLES": "plain"},
         # candidate: full tables staged in shared memory by cp.async with q's and k's loads
         "ours (tables staged)": {"LTX_KERNELS_QK_TABLES": "staged"},
+        # token i -> (b, s) by the 64-bit division instead of DivU32's multiply (before 2026-12-06 22:00)
+        "ours (token split divided)": {"LTX_KERNELS_QK_SPLIT": "divide"},
     },
     "rope_small": {
         "ours": {},

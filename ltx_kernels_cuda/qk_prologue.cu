@@ -400,7 +400,10 @@ void rmsnorm_rope_qk_launch(const at::Tensor& q_out2d, const at::Tensor& q2d,
   p.seq = std::max<int64_t>(seq, 1);
   p.batch = std::max<int64_t>(p.tokens / p.seq, 1);
   // Tokens are < 2^31 in every model we know of; beyond, the kernel divides in 64 bits.
-  if (p.batch > 1 && p.tokens <= INT32_MAX) p.by_batch = DivU32(static_cast<uint32_t>(p.batch));
+  // LTX_KERNELS_QK_SPLIT=divide (an A/B switch) forces the 64-bit division (before 2026-12-06 22:00).
+  if (p.batch > 1 && p.tokens <= INT32_MAX && ab_switch("LTX_KERNELS_QK_SPLIT") != "divide") {
+    p.by_batch = DivU32(static_cast<uint32_t>(p.batch));
+  }
   const bool rope = cos.defined();
   if (rope) {
     p.cos = cos.const_data_ptr<float>();

@@ -259,8 +259,9 @@ def test_gpu_tables_prefetch(monkeypatch, dtype, d):
     stages full tables in shared memory (=staged, a candidate; other tables take the plain
     form) give the plain form's bits (LTX_KERNELS_QK_TABLES=plain) for every table form:
     [B, S, D] full tables, a stride-0 batch, [S, D], pair tables [B, S, D/2], and table rows
-    that start 16 bytes past a 128-byte line (its last line prefetched too); and eager's
-    result with the full tables."""
+    that start 16 bytes past a 128-byte line (its last line prefetched too); the default with
+    the token split by the 64-bit division (LTX_KERNELS_QK_SPLIT=divide); and eager's result
+    with the full tables."""
     dev = "cuda"
     batch, seq = 2, 1031
     q = torch.randn(batch, seq, d, device=dev).mul(3).to(dtype)
@@ -281,6 +282,12 @@ def test_gpu_tables_prefetch(monkeypatch, dtype, d):
             monkeypatch.setenv("LTX_KERNELS_QK_TABLES", switch)
             outs.append(kernel.rmsnorm_rope_qk(q, k, nq.weight, nk.weight, c, s, 1e-5))
         (dq, dk), (pq, pk), (fq, fk), (sq, sk) = outs
+        # the token split by the 64-bit division (LTX_KERNELS_QK_SPLIT=divide) instead of DivU32's multiply
+        monkeypatch.setenv("LTX_KERNELS_QK_TABLES", "")
+        monkeypatch.setenv("LTX_KERNELS_QK_SPLIT", "divide")
+        vq, vk = kernel.rmsnorm_rope_qk(q, k, nq.weight, nk.weight, c, s, 1e-5)
+        monkeypatch.delenv("LTX_KERNELS_QK_SPLIT")
+        assert torch.equal(vq, fq) and torch.equal(vk, fk), f"{name}: divided token split differs from DivU32's"
         assert torch.equal(dq, pq) and torch.equal(dk, pk), f"{name}: prefetch form differs from the plain one"
         assert torch.equal(dq, fq) and torch.equal(dk, fk), f"{name}: the default differs from the plain form"
         assert torch.equal(dq, sq) and torch.equal(dk, sk), f"{name}: staged form differs from the plain one"
