@@ -7,7 +7,7 @@
 # process, clean cold-L2 flush), then the wider tests (LTX_AB_TESTS) with whatever time is
 # left of LTX_AB_LIMIT seconds. Each stage has its own timeout so earlier results come back.
 #   LTX_AB_OPS (default adaln,rmsnorm,rmsnorm_small,act,rope; also rope_small; op:match for
-#   only the cases whose name contains match, e.g. rmsnorm:x32x; the *_small ops
+#   only the cases whose name contains match, e.g. rmsnorm:x32x or qk:[B,S,D]; the *_small ops
 #   under graph replay too), LTX_AB_ROUNDS (3), LTX_AB_S (per op at most, 100; each op gets
 #   an equal share of the time left, and one with under 30 s is skipped with a note),
 #   LTX_AB_VARIANTS (only our variants whose name contains one of these comma-separated
@@ -34,7 +34,17 @@ if [ "${LTX_AB_HOST:-1}" != 0 ]; then
 fi
 
 OPS=${LTX_AB_OPS:-adaln,rmsnorm,rmsnorm_small,act,rope}
-IFS=',' read -ra ops <<< "$OPS"  # commas only: a match may hold spaces (act:gelu tanh)
+IFS=',' read -ra pieces <<< "$OPS"  # commas only: a match may hold spaces (act:gelu tanh)
+# A piece that does not start with an op's name belongs to the match before it, which held a
+# comma (qk:[B,S,D]; 2026-12-07 01:37 it became ops "S" and "D]").
+ops=()
+for piece in "${pieces[@]}"; do
+  if [[ ${#ops[@]} -gt 0 && ! "$piece" =~ ^(act|adaln|gated|qk|rmsnorm|rmsnorm_small|rope|rope_small)(:|$) ]]; then
+    ops[-1]+=",$piece"
+  else
+    ops+=("$piece")
+  fi
+done
 for i in "${!ops[@]}"; do
   # op:match (e.g. rmsnorm:x32x) times only that op's cases whose name contains match.
   op=${ops[$i]%%:*}
