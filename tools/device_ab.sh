@@ -35,11 +35,13 @@ fi
 
 OPS=${LTX_AB_OPS:-adaln,rmsnorm,rmsnorm_small,act,rope}
 IFS=',' read -ra pieces <<< "$OPS"  # commas only: a match may hold spaces (act:gelu tanh)
-# A piece that does not start with an op's name belongs to the match before it, which held a
-# comma (qk:[B,S,D]; 2026-12-07 01:37 it became ops "S" and "D]").
+# A piece that does not look like an op's name (lower-case word, then ':' or its end) belongs
+# to the match before it, which held a comma (qk:[B,S,D]; 2026-12-07 01:37 it became ops "S"
+# and "D]"). No list of ops here: ab_kernels.py's --op choices stay the one list, and an
+# unknown name still fails there, loudly.
 ops=()
 for piece in "${pieces[@]}"; do
-  if [[ ${#ops[@]} -gt 0 && ! "$piece" =~ ^(act|adaln|gated|qk|rmsnorm|rmsnorm_small|rope|rope_small)(:|$) ]]; then
+  if [[ ${#ops[@]} -gt 0 && ! "$piece" =~ ^[a-z_]+(:|$) ]]; then
     ops[-1]+=",$piece"
   else
     ops+=("$piece")
