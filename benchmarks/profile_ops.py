@@ -31,6 +31,9 @@ def main():
         if op in args.ops.split(","):
             launch_llama_rows(k, args, op, shapes)
             args.ops = ",".join(o for o in args.ops.split(",") if o != op)
+    if "rope_llama" in args.ops.split(","):
+        launch_rope_llama(k, args)
+        args.ops = ",".join(o for o in args.ops.split(",") if o != "rope_llama")
     if not args.ops:
         return
     for dt_name in args.dtypes.split(","):
@@ -96,6 +99,35 @@ def launch_llama_rows(k, args, op, shapes):
                     fn()
             torch.cuda.synchronize()
             print(f"launched {op} {shape} {dt_name}", flush=True)
+
+
+def launch_rope_llama(k, args):
+    """Llama's rotate-half RoPE where ours trails Liger (RESULTS.md 2026-12-06 02:54, H200: 45.02 vs
+    43.26 µs; H100 ~3%): q [1, 32, 8192, 128], k 8 heads in transformers' [B, S, H, D] storage,
+    tables [1, 8192, 128] in q's dtype. Ours out of place and in place, Liger (in place), inductor."""
+    liger, _ = bench_ops.import_liger()
+    liger_rope = (liger or {}).get("rope")
+    s, dh = 8192, 128
+    for dt_name in args.dtypes.split(","):
+        dt = getattr(torch, dt_name)
+        q = torch.randn(1, s, 32, dh, device="cuda", dtype=dt).transpose(1, 2)
+        kk = torch.randn(1, s, 8, dh, device="cuda", dtype=dt).transpose(1, 2)
+        fr = torch.arange(s, dtype=torch.float32, device="cuda")[:, None] / (
+            500000.0 ** (torch.arange(0, dh, 2, dtype=torch.float32, device="cuda") / dh))[None, :]
+        emb = torch.cat((fr, fr), -1)[None]
+        cos, sin = emb.cos().to(dt).contiguous(), emb.sin().to(dt).contiguous()
+        qi, ki = q.clone(), kk.clone()  # clone keeps the [B, S, H, D] strides
+        fns = [lambda: k.rope_rotate_half(q, kk, cos, sin),
+               lambda: k.rope_rotate_half(qi, ki, cos, sin, inplace=True)]
+        if liger_rope is not None:
+            fns.append(lambda: liger_rope(qi, ki, cos, sin))
+        if args.compile:
+            fns.append(torch.compile(lambda: bench_ops.ref_rope_llama(q, kk, cos, sin), dynamic=False))
+        for fn in fns:
+            for _ in range(2):
+                fn()
+        torch.cuda.synchronize()
+        print(f"launched rope_llama {dt_name}", flush=True)
 
 
 if __name__ == "__main__":
