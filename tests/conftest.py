@@ -20,3 +20,10 @@ def pytest_report_header(config):
 @pytest.fixture(autouse=True)
 def _seed(request):
     torch.manual_seed(SEED ^ (zlib.crc32(request.node.nodeid.encode())))
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    # The header above is hidden under -q (CI's pytest -q): repeat the seed after a failure
+    # so a random-input failure can be rerun with the same inputs.
+    if exitstatus != 0:
+        terminalreporter.write_line(f"ltx-kernels tests: LTX_TEST_SEED={SEED} reproduces these inputs")

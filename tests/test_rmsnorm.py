@@ -107,13 +107,53 @@ def mid_dtype(x_dtype, w_dtype, semantics):
     return None if mid == torch.float32 else mid
 
 
-def assert_matches_module(out, expected, mid, what):
+def module_chain(x, w, inv, semantics):
+    """The rounding sequence of the diffusers / Llama module, run with a given 1/rms per row."""
+    if semantics == "llama":
+        return w * (x.float() * inv).to(x.dtype)
+    y = x * inv  # diffusers: x promoted to fp32 by the fp32 1/rms
+    if w is None:
+        return y.to(x.dtype)
+    return (y.to(w.dtype) if w.dtype in (torch.float16, torch.bfloat16) else y) * w
+
+
+def explained_by_reduction_order(out, x, w, eps, semantics, max_steps=8):
+    """True if every row of out is the module's own rounding sequence run with that row's
+    1/rms moved by at most max_steps fp32 ulps: what another fp32 summation order does.
+
+    Where x is quantised to bf16 (8 significant bits) and 1/rms has a short mantissa, x / rms
+    lands on rounding ties often, and one ulp of 1/rms flips several percent of that row's
+    outputs (up to 2 ulps each after the weight multiply): far more than the rare flip of
+    random inputs, concentrated in one row. Such a row is still exactly the module's math.
+    Only decided where the sequence, with 1/rms unmoved, reproduces the module bit for bit."""
+    if semantics not in ("diffusers", "llama") or (semantics == "llama" and w is None) or eps is None:
+        return False
+    d = x.shape[-1]
+    with torch.no_grad():
+        module = MODULES[semantics][0](d, eps, w)
+        if not torch.equal(module_chain(x, w, rsqrt_of_mean_square(x, eps), semantics), module(x)):
+            return False
+    xr, o = x.reshape(-1, d), out.reshape(-1, d)
+    bits = rsqrt_of_mean_square(xr, eps).view(torch.int32)  # positive: +k steps k ulps up
+    ok = torch.zeros(xr.shape[0], dtype=torch.bool, device=x.device)
+    for k in range(-max_steps, max_steps + 1):
+        ok |= (module_chain(xr, w, (bits + k).view(torch.float32), semantics) == o).all(-1)
+    return bool(ok.all())
+
+
+def rsqrt_of_mean_square(x, eps):
+    return torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + eps)
+
+
+def assert_matches_module(out, expected, mid, what, chain=None):
     """Equal to the module up to the fp32 reduction order.
 
     Our fp32 sum of squares adds in another order than PyTorch's, so rsqrt can differ
     in its last bit. That flips a rare rounding: by one ulp of the output, or, where the
     module rounds twice (mid dtype), one ulp of the intermediate, which the weight
-    multiply turns into at most two ulps of the output.
+    multiply turns into at most two ulps of the output. chain = (x, w, eps, semantics)
+    (the module's inputs) also accepts rows explained_by_reduction_order, whatever their
+    count: the statistical bounds below assume random 1/rms mantissas.
     """
     assert out.dtype == expected.dtype and out.shape == expected.shape, what
     if out.numel() == 0:
@@ -121,6 +161,8 @@ def assert_matches_module(out, expected, mid, what):
     if out.dtype == torch.float32:
         rel = 1e-5 + (4 * unit_roundoff(mid) if mid is not None else 0.0)
         assert_near_exact(out, expected.double(), rel, what, atol_dtype=mid)
+        return
+    if chain is not None and explained_by_reduction_order(out, *chain):
         return
     differ = float((out != expected).float().mean())
     assert differ <= 0.02, f"{what}: {differ:.2e} of elements differ"
@@ -144,7 +186,7 @@ def test_matches_module(device, d, x_dtype, semantics, w_dtype):
         expected = module(x)
     out = kernel.rmsnorm(x, w, eps, semantics=semantics)
     mid = mid_dtype(x_dtype, w_dtype, semantics)
-    assert_matches_module(out, expected, mid, f"vs {semantics} module")
+    assert_matches_module(out, expected, mid, f"vs {semantics} module", (x, w, eps, semantics))
     # ... and close to the round-once regime torch.compile produces: one ulp of the
     # output, or (fp32 output after a half-precision intermediate) of the intermediate.
     # A half output after a half intermediate (the module rounds x / rms to `mid`, then the
@@ -183,7 +225,7 @@ def check_one_dtype_rows(rows, d, x_dtype, semantics, with_weight, pad=0):
     out = torch.full((rows, d + 2 * pad), float("nan"), device="cuda", dtype=expected.dtype)[:, :d]
     kernel.rmsnorm(x, w, 1e-6, semantics=semantics, out=out)
     what = f"{rows}x{d}" + (f" rows padded by {pad}" if pad else "")
-    assert_matches_module(out, expected, mid_dtype(x_dtype, w_dtype, semantics), what)
+    assert_matches_module(out, expected, mid_dtype(x_dtype, w_dtype, semantics), what, (x, w, 1e-6, semantics))
 
 
 @requires_gpu
@@ -335,7 +377,9 @@ def test_shapes(device, shape):
     w = make_weight(shape[-1], torch.bfloat16, device)
     out = kernel.rmsnorm(x, w)
     assert out.shape == x.shape and out.dtype == torch.bfloat16
-    assert_matches_module(out, diffusers_rmsnorm(shape[-1], 1e-6, w)(x), torch.bfloat16, str(shape))
+    assert_matches_module(
+        out, diffusers_rmsnorm(shape[-1], 1e-6, w)(x), torch.bfloat16, str(shape), (x, w, 1e-6, "diffusers")
+    )
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -377,10 +421,10 @@ def check_layout(x, w, device):
     assert out.is_contiguous()
     # Another layout may pick another vector width, hence another fp32 summation order.
     mid = mid_dtype(x.dtype, w.dtype, "diffusers")
-    assert_matches_module(out, expected, mid, "layout vs contiguous")
+    assert_matches_module(out, expected, mid, "layout vs contiguous", (x, w, 1e-6, "diffusers"))
     with torch.no_grad():
         expected_module = diffusers_rmsnorm(x.shape[-1], 1e-6, w)(x)
-    assert_matches_module(out, expected_module, mid_dtype(x.dtype, w.dtype, "diffusers"), "layout")
+    assert_matches_module(out, expected_module, mid, "layout", (x, w, 1e-6, "diffusers"))
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -414,7 +458,9 @@ def test_misaligned_storage_offsets(device, offset, dtype):
     out = misaligned((5, 2048), dtype, device, (offset + 1) % 8).fill_(float("nan"))
     kernel.rmsnorm(x, w_full, out=out)
     expected = kernel.rmsnorm(x.contiguous(), w_full.contiguous())
-    assert_matches_module(out, expected, mid_dtype(dtype, dtype, "diffusers"), "misaligned out")
+    assert_matches_module(
+        out, expected, mid_dtype(dtype, dtype, "diffusers"), "misaligned out", (x, w_full, 1e-6, "diffusers")
+    )
 
 
 @pytest.mark.parametrize("device", DEVICES)
