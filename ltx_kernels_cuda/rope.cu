@@ -459,10 +459,11 @@ void rope_rotate_launch(const at::Tensor& out0, const at::Tensor& in0, const at:
   // place 1.81 / 1.82, compile 2.80 / 2.97); within 2 (13:16) 256 tokens 3.02 -> 2.52 (Liger
   // 2.50; within 4: 2.51), 512 tokens unchanged at any limit (3.49; Liger 3.23).
   // LTX_KERNELS_ROPE_WIDE_SLOTS (read per call: an A/B switch): 0 keeps the split above,
-  // 1 / 4 set the blocks-per-SM limit; "all" (candidate) takes the wide split at any token
-  // count: short blocks of one round trip, many waves, as Liger's and inductor's programs
-  // (Nsight Compute, H100 2026-12-07 07:00: ours 44% achieved occupancy over 1.94 waves of
-  // 5-pass blocks, Liger 85% over 3.88 waves, 57.5 vs 56.6 µs).
+  // 1 / 4 set the blocks-per-SM limit; "all" takes the wide split at any token count (short
+  // blocks of one round trip and many waves, as Liger's programs: Nsight Compute, H100
+  // 2026-12-07 07:00, ours 1.94 waves of 5-pass blocks, Liger 3.88 waves). Not the default:
+  // H100 bf16 (RESULTS.md 07:04) q 32 x 8192 x 128 + k 8 60.16 -> 59.74 µs, but 2048 tokens
+  // 15.97 -> 16.10 and head_dim 64 23.65 -> 23.74.
   const std::string_view wide_switch = ab_switch("LTX_KERNELS_ROPE_WIDE_SLOTS");
   const int64_t wide_per_sm = wide_switch == "1" ? 1 : wide_switch == "4" ? 4 : 2;
   const int wide = std::min(kBlock / p.lanes, pow2_ceil(ceil_div(heads, int64_t{2})));
