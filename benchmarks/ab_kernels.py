@@ -147,6 +147,8 @@ VARIANTS = {
         # every head pair of a token in one pass (one token per block) at any token count, not
         # only on calls of few tokens: -0.7% at 8192 tokens, +0.8% at 2048 (H100, 2026-12-07)
         "ours (wide slots, any tokens)": {"LTX_KERNELS_ROPE_WIDE_SLOTS": "all"},
+        # candidate: rope_half_lean_kernel, a thread per (token, head, unit), 32 registers
+        "ours (lean kernel)": {"LTX_KERNELS_ROPE_LEAN": "1"},
     },
     "qk": {
         "ours": {},
@@ -167,6 +169,7 @@ VARIANTS = {
         "ours (wide slots <= 1/SM)": {"LTX_KERNELS_ROPE_WIDE_SLOTS": "1"},
         "ours (wide slots <= 4/SM)": {"LTX_KERNELS_ROPE_WIDE_SLOTS": "4"},
         "ours (power-of-two slots)": {"LTX_KERNELS_ROPE_SLOTS": "0"},
+        "ours (lean kernel)": {"LTX_KERNELS_ROPE_LEAN": "1"},
     },
 }
 

@@ -139,8 +139,10 @@ __device__ __forceinline__ void rotate_pair(float& xa, float& xb, float ca, floa
 // heads: 56.3 -> 45.6 µs).
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
 constexpr int kPackedMinBlocks = 2;
+constexpr int kLeanMinBlocks = 4;  // sm_75: 1 024 threads per SM
 #else
 constexpr int kPackedMinBlocks = 4;
+constexpr int kLeanMinBlocks = 8;  // rope_half_lean_kernel: <= 32 registers
 #endif
 
 // kPair (interleaved only): pair tables [B, S, D/2], value i for channels 2i and 2i+1, so a
@@ -321,6 +323,53 @@ __global__ void __launch_bounds__(kBlock, kPacked ? kPackedMinBlocks : kMinBlock
 }
 
 
+// Candidate (LTX_KERNELS_ROPE_LEAN=1): the packed form's calls (rotate-half forward, x and
+// tables of one half dtype, 16-byte units) without pass-through channels (R = D), one
+// thread per (token, head, unit) and no loop: a and z and the unit's four table vectors,
+// then two stores. Why: Nsight Compute (H100, 2026-12-07 07:00) has rope_kernel's packed
+// form at 44% achieved occupancy (60 registers: the token walk's state, both sides' row
+// pointers) and Liger at 85% (32 registers), 57.5 vs 56.6 µs; the geometries with more bytes
+// per thread (4 heads per pass) or fewer passes (wide slots at any token count) lost or tied.
+// Here the state is one flat index, split by DivU32s (row_index.h), for 8 blocks per SM.
+// `items` = tokens x heads x units < 2^32 (the launcher checks); a divisor of 1 is skipped.
+struct LeanSplit {
+  DivU32 by_units, by_heads, by_batch;  // unit of a row, head of a token, (s, b) of a token
+  uint32_t units, heads, batch, items;
+};
+
+LTX_HOST_DEVICE uint32_t div_by(const DivU32& d, uint32_t size, uint32_t n) {
+  return size == 1 ? n : d.div(n);
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kBlock, kLeanMinBlocks)
+    rope_half_lean_kernel(const RopeParams p, const LeanSplit q) {
+  using V = Vec<T, 8>;
+  pdl_wait();
+  pdl_launch_dependents();
+  const uint32_t i = blockIdx.x * kBlock + threadIdx.x;
+  if (i >= q.items) return;
+  const uint32_t row = div_by(q.by_units, q.units, i);  // token * heads + head
+  const uint32_t t = div_by(q.by_heads, q.heads, row);
+  const uint32_t s = div_by(q.by_batch, q.batch, t);
+  const int64_t b = t - s * q.batch;
+  const int hh = static_cast<int>(row - t * q.heads);
+  const int lo = static_cast<int>(i - row * q.units) * 8;
+  const int hi = lo + p.half;
+  const RopeSide& S = p.side[hh < p.side[0].heads ? 0 : 1];
+  const int64_t h = hh < p.side[0].heads ? hh : hh - p.side[0].heads;
+  const T* x = static_cast<const T*>(S.in) + b * S.in_b + s * S.in_s + h * S.in_h;
+  T* o = static_cast<T*>(S.out) + b * S.out_b + s * S.out_s + h * S.out_h;
+  const T* cr = static_cast<const T*>(p.cos) + b * p.cos_b + s * p.cos_s;
+  const T* sr = static_cast<const T*>(p.sin) + b * p.sin_b + s * p.sin_s;
+  const V a = V::load(x + lo), z = V::load(x + hi);
+  // The second half's tables are read after the first half's store (the compiler cannot move
+  // them above it: same type, may alias), so one half's pair is live: no spills at 32
+  // registers. They are L1 / L2 hits after a token's first head; a and z come from DRAM.
+  sub_rn(mul_rn(a, V::load(cr + lo)), mul_rn(z, V::load(sr + lo))).store(o + lo);
+  add_rn(mul_rn(z, V::load(cr + hi)), mul_rn(a, V::load(sr + hi))).store(o + hi);
+}
+
 // Stride of dim d, 0 where the dim has size 1 (it is never stepped).
 int64_t stride_of(const at::Tensor& t, int64_t d) { return t.size(d) > 1 ? t.stride(d) : 0; }
 
@@ -492,6 +541,22 @@ void rope_rotate_launch(const at::Tensor& out0, const at::Tensor& in0, const at:
   const int64_t step = static_cast<int64_t>(grid) * per_block;
   // Programmatic dependent launch on sm_90+ (common/pdl.cuh).
   const bool pdl = pdl_requested(device);
+  // rope_half_lean_kernel (a candidate): the packed form's calls with R = D and fewer units
+  // than 2^32 - kBlock (its 32-bit thread index stays below 2^32 in the last block).
+  const int64_t lean_items = tokens * heads * p.rot_items;
+  const bool lean = ab_switch("LTX_KERNELS_ROPE_LEAN") == "1" && !interleaved && !inverse &&
+                    u == 8 && p.pass_items == 0 && lean_items <= (int64_t{1} << 32) - kBlock &&
+                    p.batch <= (int64_t{1} << 31) && heads <= (int64_t{1} << 31);
+  LeanSplit lean_split{};
+  if (lean) {
+    lean_split.units = static_cast<uint32_t>(p.rot_items);
+    lean_split.heads = static_cast<uint32_t>(heads);
+    lean_split.batch = static_cast<uint32_t>(p.batch);
+    lean_split.items = static_cast<uint32_t>(lean_items);
+    lean_split.by_units = DivU32(lean_split.units);
+    lean_split.by_heads = DivU32(lean_split.heads);
+    lean_split.by_batch = DivU32(lean_split.batch);
+  }
   p.step_s = step / p.batch;
   p.step_b = step % p.batch;
 
@@ -518,7 +583,12 @@ void rope_rotate_launch(const at::Tensor& out0, const at::Tensor& in0, const at:
                 }
               } else if constexpr (!kInv && U == 8 && std::is_same_v<Tc, Tx> &&
                                    !std::is_same_v<Tx, float>) {
-                launch_pdl(rope_kernel<Tx, Tc, U, false, false, true>, grid, kBlock, stream, pdl, p);
+                if (lean) {
+                  const auto lean_grid = static_cast<unsigned>(ceil_div(lean_split.items, kBlock));
+                  launch_pdl(rope_half_lean_kernel<Tx>, lean_grid, kBlock, stream, pdl, p, lean_split);
+                } else {
+                  launch_pdl(rope_kernel<Tx, Tc, U, false, false, true>, grid, kBlock, stream, pdl, p);
+                }
                 C10_CUDA_KERNEL_LAUNCH_CHECK();
               } else {
                 launch_pdl(rope_kernel<Tx, Tc, U, false, kInv>, grid, kBlock, stream, pdl, p);

@@ -772,9 +772,10 @@ def test_llama_real_shape(table_dtype):
 @requires_gpu
 @pytest.mark.parametrize("env", [{}, {"LTX_KERNELS_PDL": "0"}, {"LTX_KERNELS_ROPE_WIDE_SLOTS": "0"},
                                  {"LTX_KERNELS_ROPE_WIDE_SLOTS": "1"}, {"LTX_KERNELS_ROPE_WIDE_SLOTS": "4"},
-                                 {"LTX_KERNELS_GRID": "walk"}, {"LTX_KERNELS_ROPE_SLOTS": "0"}],
+                                 {"LTX_KERNELS_GRID": "walk"}, {"LTX_KERNELS_ROPE_SLOTS": "0"},
+                                 {"LTX_KERNELS_ROPE_WIDE_SLOTS": "all"}, {"LTX_KERNELS_ROPE_LEAN": "1"}],
                          ids=["pdl", "no_pdl", "no_wide_slots", "wide_slots_1", "wide_slots_4", "grid_walk",
-                              "no_slots_fit"])
+                              "no_slots_fit", "wide_slots_all", "lean_kernel"])
 def test_pdl_launch_real_shapes(monkeypatch, env):
     """With programmatic dependent launch (the default on sm_90+), without it
     (LTX_KERNELS_PDL=0), without the wide slots of few-token calls (every head pair in one
@@ -784,8 +785,10 @@ def test_pdl_launch_real_shapes(monkeypatch, env):
     walking the tokens (LTX_KERNELS_GRID=walk; the default is a block per token group), and
     without the slot count that fills every pass of head pairs in calls of many tokens
     (LTX_KERNELS_ROPE_SLOTS=0; by default Llama's 32 + 8 heads take 4 slots instead of 8, an
-    odd 5 + 3 heads 4 instead of 8 from ~1000 tokens): the RoPE kernel gives the same results
-    in both layouts, decode-sized and large."""
+    odd 5 + 3 heads 4 instead of 8 from ~1000 tokens), with the wide slots at any token count
+    (=all), and with rope_half_lean_kernel, one thread per (token, head, unit), for the packed
+    form's calls (LTX_KERNELS_ROPE_LEAN=1, a candidate): the RoPE kernel gives the same results
+    in both layouts, decode-sized and large, out of place and in place."""
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     test_llama_real_shape(torch.bfloat16)
@@ -799,6 +802,9 @@ def test_pdl_launch_real_shapes(monkeypatch, env):
         oq, ok = kernel.rope_rotate_half(q, k, cos, sin)
         eq, ek = llama_apply(q, k, cos, sin)
         assert torch.equal(oq, eq.to(q.dtype)) and torch.equal(ok, ek.to(k.dtype)), (b, s, hq, hk)
+        qi, ki = q.clone(), k.clone()  # clone keeps the [B, S, H, D] strides
+        kernel.rope_rotate_half(qi, ki, cos, sin, inplace=True)
+        assert torch.equal(qi, oq) and torch.equal(ki, ok), ("in place", b, s, hq, hk)
     x = torch.randn(2, 1152, 4096, device="cuda", dtype=torch.bfloat16)
     c, s = torch.randn(1152, 4096, device="cuda"), torch.randn(1152, 4096, device="cuda")
     assert torch.equal(kernel.rope_interleaved(x, c, s), diffusers_ref_any(x, c, s))
