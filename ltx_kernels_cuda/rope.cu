@@ -363,9 +363,10 @@ __global__ void __launch_bounds__(kBlock, kLeanMinBlocks)
   const T* cr = static_cast<const T*>(p.cos) + b * p.cos_b + s * p.cos_s;
   const T* sr = static_cast<const T*>(p.sin) + b * p.sin_b + s * p.sin_s;
   const V a = V::load(x + lo), z = V::load(x + hi);
-  // The second half's tables are read after the first half's store (the compiler cannot move
-  // them above it: same type, may alias), so one half's pair is live: no spills at 32
-  // registers. They are L1 / L2 hits after a token's first head; a and z come from DRAM.
+  // All six 16-byte loads still issue before the two stores (sm_90 SASS: LDG.E.128.CONSTANT
+  // x 6, then STG.E.128 x 2); with the tables read inside the expressions ptxas fits 32
+  // registers without spills, with them named up front it spilled 12 bytes. The tables are
+  // L1 / L2 hits after a token's first head; a and z come from DRAM.
   sub_rn(mul_rn(a, V::load(cr + lo)), mul_rn(z, V::load(sr + lo))).store(o + lo);
   add_rn(mul_rn(z, V::load(cr + hi)), mul_rn(a, V::load(sr + hi))).store(o + hi);
 }
