@@ -139,10 +139,17 @@ __device__ __forceinline__ void rotate_pair(float& xa, float& xb, float ca, floa
 // heads: 56.3 -> 45.6 µs).
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
 constexpr int kPackedMinBlocks = 2;
-constexpr int kLeanMinBlocks = 4;  // sm_75: 1 024 threads per SM
 #else
 constexpr int kPackedMinBlocks = 4;
-constexpr int kLeanMinBlocks = 8;  // rope_half_lean_kernel: <= 32 registers
+#endif
+// rope_half_lean_kernel: a whole SM's threads (<= 32 registers where that is 2 048 threads);
+// ptxas ignores, with a warning, a minimum beyond the SM's thread limit.
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ == 800 || __CUDA_ARCH__ == 900 || __CUDA_ARCH__ == 1000
+constexpr int kLeanMinBlocks = 8;  // 2 048 threads per SM
+#elif __CUDA_ARCH__ < 800
+constexpr int kLeanMinBlocks = 4;  // sm_75: 1 024
+#else
+constexpr int kLeanMinBlocks = 6;  // sm_86 / 89 / 120: 1 536
 #endif
 
 // kPair (interleaved only): pair tables [B, S, D/2], value i for channels 2i and 2i+1, so a
