@@ -85,9 +85,14 @@ def llama_rmsnorm(d, eps, w):
     return m
 
 
+def rsqrt_of_mean_square(x, eps):
+    """1/rms per row as the modules compute it: fp32 mean of squares, torch.rsqrt."""
+    return torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + eps)
+
+
 def round_once(x, w, eps, out_dtype):
     """torch.compile's regime: fp32 throughout, one rounding."""
-    y = x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + eps)
+    y = x.float() * rsqrt_of_mean_square(x, eps)
     return (y if w is None else y * w.float()).to(out_dtype)
 
 
@@ -129,20 +134,16 @@ def explained_by_reduction_order(out, x, w, eps, semantics, max_steps=8):
     if semantics not in ("diffusers", "llama") or (semantics == "llama" and w is None) or eps is None:
         return False
     d = x.shape[-1]
-    with torch.no_grad():
-        module = MODULES[semantics][0](d, eps, w)
-        if not torch.equal(module_chain(x, w, rsqrt_of_mean_square(x, eps), semantics), module(x)):
-            return False
     xr, o = x.reshape(-1, d), out.reshape(-1, d)
-    bits = rsqrt_of_mean_square(xr, eps).view(torch.int32)  # positive: +k steps k ulps up
+    inv = rsqrt_of_mean_square(xr, eps)
+    with torch.no_grad():
+        if not torch.equal(module_chain(xr, w, inv, semantics), MODULES[semantics][0](d, eps, w)(xr)):
+            return False
+    bits = inv.view(torch.int32)  # positive: +k steps k ulps up
     ok = torch.zeros(xr.shape[0], dtype=torch.bool, device=x.device)
     for k in range(-max_steps, max_steps + 1):
         ok |= (module_chain(xr, w, (bits + k).view(torch.float32), semantics) == o).all(-1)
     return bool(ok.all())
-
-
-def rsqrt_of_mean_square(x, eps):
-    return torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + eps)
 
 
 def assert_matches_module(out, expected, mid, what, chain=None):
