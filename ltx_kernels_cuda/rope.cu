@@ -337,7 +337,7 @@ __global__ void __launch_bounds__(kBlock, kPacked ? kPackedMinBlocks : kMinBlock
 // form at 44% achieved occupancy (60 registers: the token walk's state, both sides' row
 // pointers) and Liger at 85% (32 registers), 57.5 vs 56.6 µs; the geometries with more bytes
 // per thread (4 heads per pass) or fewer passes (wide slots at any token count) lost or tied.
-// Here the state is one flat index, split by DivU32s (row_index.h), for 8 blocks per SM.
+// Here the state is one flat index, split by DivU32s (row_index.h), for a whole SM's threads.
 // `items` = tokens x heads x units < 2^32 (the launcher checks); a divisor of 1 is skipped.
 struct LeanSplit {
   DivU32 by_units, by_heads, by_batch;  // unit of a row, head of a token, (s, b) of a token
@@ -552,9 +552,10 @@ void rope_rotate_launch(const at::Tensor& out0, const at::Tensor& in0, const at:
   // rope_half_lean_kernel (a candidate): the packed form's calls with R = D and fewer units
   // than 2^32 - kBlock (its 32-bit thread index stays below 2^32 in the last block).
   const int64_t lean_items = tokens * heads * p.rot_items;
-  const bool lean = ab_switch("LTX_KERNELS_ROPE_LEAN") == "1" && !interleaved && !inverse &&
-                    u == 8 && p.pass_items == 0 && lean_items <= (int64_t{1} << 32) - kBlock &&
-                    p.batch <= (int64_t{1} << 31) && heads <= (int64_t{1} << 31);
+  // (the switch's environment read last: only calls the kernel could take pay for it)
+  const bool lean = !interleaved && !inverse && u == 8 && p.pass_items == 0 &&
+                    lean_items <= (int64_t{1} << 32) - kBlock && p.batch <= (int64_t{1} << 31) &&
+                    heads <= (int64_t{1} << 31) && ab_switch("LTX_KERNELS_ROPE_LEAN") == "1";
   LeanSplit lean_split{};
   if (lean) {
     lean_split.units = static_cast<uint32_t>(p.rot_items);
