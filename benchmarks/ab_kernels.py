@@ -44,6 +44,9 @@ sum (the form before 2026-12-06 10:03); LTX_KERNELS_RMS_W=late loads the weight 
 block per SM) after each reduction instead of queueing it once per block into shared memory;
 LTX_KERNELS_RMS_SHORT=0 keeps per-head rows of many tokens on the direct
 kernel, =2 gives rms_norm_short_kernel 2 rows per thread instead of 4;
+LTX_KERNELS_ROPE_LEAN=0 gives Llama-style RoPE calls (rotate-half, half-dtype tables, no
+pass-through channels) to rope_kernel's token walk instead of a thread per (token, head, unit);
+the slot and grid switches below act on rope_kernel, so their variants set it too;
 LTX_KERNELS_ROPE_WIDE_SLOTS=0 keeps RoPE calls of few tokens to the narrower head split,
 =1 / =4 gives them a slot per head pair within 1 / 4 blocks per SM instead of 2;
 LTX_KERNELS_GRID=walk gives RoPE, rmsnorm, AdaLN, the gated residual and the q/k prologue
@@ -88,6 +91,9 @@ from bench_ops import (Timer, cold_l2_us, import_liger, load_kernel, ref_adaln_l
                        ref_adaln_rms, ref_geglu_tanh, ref_rms_diffusers, ref_rms_llama, ref_rope_llama,
                        ref_gated_residual, ref_qk_prologue, ref_qk_prologue_pair, ref_rope_ltx,
                        ref_rope_ltx_qk_pair)
+
+# Llama-style RoPE calls on rope_kernel's packed form instead of rope_half_lean_kernel
+LOOP = {"LTX_KERNELS_ROPE_LEAN": "0"}
 
 # Our variants per op: the environment each is called under.
 VARIANTS = {
@@ -141,14 +147,16 @@ VARIANTS = {
     "rope": {
         "ours": {},
         "ours (no PDL)": {"LTX_KERNELS_PDL": "0"},
-        "ours (blocks walk tokens)": {"LTX_KERNELS_GRID": "walk"},
-        "ours (power-of-two slots)": {"LTX_KERNELS_ROPE_SLOTS": "0"},
+        # Llama-style calls on rope_kernel's packed form (before 2026-12-07 08:14) instead of
+        # rope_half_lean_kernel, a thread per (token, head, unit); the geometry switches below
+        # are rope_kernel's, so they take the Llama rows there too (LTX's rows are its anyway)
+        "ours (loop kernel)": LOOP,
+        "ours (blocks walk tokens)": {**LOOP, "LTX_KERNELS_GRID": "walk"},
+        "ours (power-of-two slots)": {**LOOP, "LTX_KERNELS_ROPE_SLOTS": "0"},
         "ours (position-major tokens)": {"LTX_KERNELS_ROPE_ORDER": "position"},
         # every head pair of a token in one pass (one token per block) at any token count, not
         # only on calls of few tokens: -0.7% at 8192 tokens, +0.8% at 2048 (H100, 2026-12-07)
-        "ours (wide slots, any tokens)": {"LTX_KERNELS_ROPE_WIDE_SLOTS": "all"},
-        # candidate: rope_half_lean_kernel, a thread per (token, head, unit), 32 registers
-        "ours (lean kernel)": {"LTX_KERNELS_ROPE_LEAN": "1"},
+        "ours (wide slots, any tokens)": {**LOOP, "LTX_KERNELS_ROPE_WIDE_SLOTS": "all"},
     },
     "qk": {
         "ours": {},
@@ -165,11 +173,11 @@ VARIANTS = {
     "rope_small": {
         "ours": {},
         "ours (no PDL)": {"LTX_KERNELS_PDL": "0"},
-        "ours (no wide slots)": {"LTX_KERNELS_ROPE_WIDE_SLOTS": "0"},
-        "ours (wide slots <= 1/SM)": {"LTX_KERNELS_ROPE_WIDE_SLOTS": "1"},
-        "ours (wide slots <= 4/SM)": {"LTX_KERNELS_ROPE_WIDE_SLOTS": "4"},
-        "ours (power-of-two slots)": {"LTX_KERNELS_ROPE_SLOTS": "0"},
-        "ours (lean kernel)": {"LTX_KERNELS_ROPE_LEAN": "1"},
+        "ours (loop kernel)": LOOP,
+        "ours (no wide slots)": {**LOOP, "LTX_KERNELS_ROPE_WIDE_SLOTS": "0"},
+        "ours (wide slots <= 1/SM)": {**LOOP, "LTX_KERNELS_ROPE_WIDE_SLOTS": "1"},
+        "ours (wide slots <= 4/SM)": {**LOOP, "LTX_KERNELS_ROPE_WIDE_SLOTS": "4"},
+        "ours (power-of-two slots)": {**LOOP, "LTX_KERNELS_ROPE_SLOTS": "0"},
     },
 }
 

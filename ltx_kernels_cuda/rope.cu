@@ -10,7 +10,9 @@
 // the token loop is grid-stride, products and sums use __fmul_rn/__fadd_rn (never fused to FMA),
 // exactly as eager PyTorch evaluates them. kInverse applies the transposed rotation
 // (the backward, rope_backward.h): dx_a = g_a c_a + g_b s_b, dx_b = g_b c_b - g_a s_a,
-// always in fp32 with one rounding.
+// always in fp32 with one rounding. Llama-style calls (rotate-half forward, half-dtype x and
+// tables, no pass-through channels) take rope_half_lean_kernel instead: a thread per
+// (token, head, unit), no table reuse in registers (the tables are L1 / L2 hits).
 #include <algorithm>
 #include <numeric>
 #include <type_traits>
@@ -330,14 +332,19 @@ __global__ void __launch_bounds__(kBlock, kPacked ? kPackedMinBlocks : kMinBlock
 }
 
 
-// Candidate (LTX_KERNELS_ROPE_LEAN=1): the packed form's calls (rotate-half forward, x and
-// tables of one half dtype, 16-byte units) without pass-through channels (R = D), one
+// rope_half_lean_kernel (the default since 2026-12-07; LTX_KERNELS_ROPE_LEAN=0 gives these
+// calls back to rope_kernel's packed form): the packed form's calls (rotate-half forward, x
+// and tables of one half dtype, 16-byte units) without pass-through channels (R = D), one
 // thread per (token, head, unit) and no loop: a and z and the unit's four table vectors,
 // then two stores. Why: Nsight Compute (H100, 2026-12-07 07:00) has rope_kernel's packed
 // form at 44% achieved occupancy (60 registers: the token walk's state, both sides' row
 // pointers) and Liger at 85% (32 registers), 57.5 vs 56.6 µs; the geometries with more bytes
 // per thread (4 heads per pass) or fewer passes (wide slots at any token count) lost or tied.
 // Here the state is one flat index, split by DivU32s (row_index.h), for a whole SM's threads.
+// Measured (H100 bf16, 2026-12-07 08:14, RESULTS.md, clean cold L2, medians of 3): Llama
+// q 32 x 8192 x 128 + k 8 heads 59.18 -> 58.50 µs, 2048 tokens 15.55 -> 15.46, head_dim 64
+// (32 + 32 heads) 23.47 -> 22.91; decode under graph replay 1.78 -> 1.32 (1 token), 1.91 ->
+// 1.50 (16 x 1), 256 tokens 2.58 -> 2.44, 512 tokens 3.62 -> 3.44.
 // `items` = tokens x heads x units < 2^32 (the launcher checks); a divisor of 1 is skipped.
 struct LeanSplit {
   DivU32 by_units, by_heads, by_batch;  // unit of a row, head of a token, (s, b) of a token
@@ -549,13 +556,13 @@ void rope_rotate_launch(const at::Tensor& out0, const at::Tensor& in0, const at:
   const int64_t step = static_cast<int64_t>(grid) * per_block;
   // Programmatic dependent launch on sm_90+ (common/pdl.cuh).
   const bool pdl = pdl_requested(device);
-  // rope_half_lean_kernel (a candidate): the packed form's calls with R = D and fewer units
-  // than 2^32 - kBlock (its 32-bit thread index stays below 2^32 in the last block).
+  // rope_half_lean_kernel: the packed form's calls with R = D and fewer units than
+  // 2^32 - kBlock (its 32-bit thread index stays below 2^32 in the last block).
   const int64_t lean_items = tokens * heads * p.rot_items;
   // (the switch's environment read last: only calls the kernel could take pay for it)
   const bool lean = !interleaved && !inverse && u == 8 && p.pass_items == 0 &&
                     lean_items <= (int64_t{1} << 32) - kBlock && p.batch <= (int64_t{1} << 31) &&
-                    heads <= (int64_t{1} << 31) && ab_switch("LTX_KERNELS_ROPE_LEAN") == "1";
+                    heads <= (int64_t{1} << 31) && ab_switch("LTX_KERNELS_ROPE_LEAN") != "0";
   LeanSplit lean_split{};
   if (lean) {
     lean_split.units = static_cast<uint32_t>(p.rot_items);

@@ -769,26 +769,34 @@ def test_llama_real_shape(table_dtype):
     assert torch.equal(oq, eq.to(q.dtype)) and torch.equal(ok, ek.to(k.dtype))
 
 
+# Llama-style calls take rope_half_lean_kernel by default; LTX_KERNELS_ROPE_LEAN=0 gives them to
+# rope_kernel's packed form, whose geometry switches (slots, grid) the other cases exercise.
+LOOP = {"LTX_KERNELS_ROPE_LEAN": "0"}
+
+
 @requires_gpu
-@pytest.mark.parametrize("env", [{}, {"LTX_KERNELS_PDL": "0"}, {"LTX_KERNELS_ROPE_WIDE_SLOTS": "0"},
-                                 {"LTX_KERNELS_ROPE_WIDE_SLOTS": "1"}, {"LTX_KERNELS_ROPE_WIDE_SLOTS": "4"},
-                                 {"LTX_KERNELS_GRID": "walk"}, {"LTX_KERNELS_ROPE_SLOTS": "0"},
-                                 {"LTX_KERNELS_ROPE_WIDE_SLOTS": "all"}, {"LTX_KERNELS_ROPE_LEAN": "1"}],
-                         ids=["pdl", "no_pdl", "no_wide_slots", "wide_slots_1", "wide_slots_4", "grid_walk",
-                              "no_slots_fit", "wide_slots_all", "lean_kernel"])
+@pytest.mark.parametrize("env", [{}, {"LTX_KERNELS_PDL": "0"}, LOOP, {**LOOP, "LTX_KERNELS_PDL": "0"},
+                                 {**LOOP, "LTX_KERNELS_ROPE_WIDE_SLOTS": "0"},
+                                 {**LOOP, "LTX_KERNELS_ROPE_WIDE_SLOTS": "1"},
+                                 {**LOOP, "LTX_KERNELS_ROPE_WIDE_SLOTS": "4"},
+                                 {**LOOP, "LTX_KERNELS_GRID": "walk"}, {**LOOP, "LTX_KERNELS_ROPE_SLOTS": "0"},
+                                 {**LOOP, "LTX_KERNELS_ROPE_WIDE_SLOTS": "all"}],
+                         ids=["pdl", "no_pdl", "loop_kernel", "loop_kernel_no_pdl", "no_wide_slots",
+                              "wide_slots_1", "wide_slots_4", "grid_walk", "no_slots_fit", "wide_slots_all"])
 def test_pdl_launch_real_shapes(monkeypatch, env):
-    """With programmatic dependent launch (the default on sm_90+), without it
-    (LTX_KERNELS_PDL=0), without the wide slots of few-token calls (every head pair in one
+    """Llama-style calls on rope_half_lean_kernel (the default: one thread per (token, head,
+    unit)) with programmatic dependent launch (the default on sm_90+) and without it
+    (LTX_KERNELS_PDL=0); then on rope_kernel's packed form (LTX_KERNELS_ROPE_LEAN=0) with and
+    without PDL, without the wide slots of few-token calls (every head pair in one
     pass, by default while the grid stays within 2 blocks per SM; LTX_KERNELS_ROPE_WIDE_SLOTS=0
     keeps the narrower split) and with them within 1 or 4 blocks per SM (=1 / =4; the 256-token
     prompt takes them at 2 and 4, the 2 x 257-token one at 4), with at most 32 blocks per SM
-    walking the tokens (LTX_KERNELS_GRID=walk; the default is a block per token group), and
+    walking the tokens (LTX_KERNELS_GRID=walk; the default is a block per token group),
     without the slot count that fills every pass of head pairs in calls of many tokens
     (LTX_KERNELS_ROPE_SLOTS=0; by default Llama's 32 + 8 heads take 4 slots instead of 8, an
-    odd 5 + 3 heads 4 instead of 8 from ~1000 tokens), with the wide slots at any token count
-    (=all), and with rope_half_lean_kernel, one thread per (token, head, unit), for the packed
-    form's calls (LTX_KERNELS_ROPE_LEAN=1, a candidate): the RoPE kernel gives the same results
-    in both layouts, decode-sized and large, out of place and in place."""
+    odd 5 + 3 heads 4 instead of 8 from ~1000 tokens), and with the wide slots at any token
+    count (=all): the RoPE kernels give the same results in both layouts, decode-sized and
+    large, out of place and in place."""
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     test_llama_real_shape(torch.bfloat16)
@@ -846,8 +854,9 @@ def test_grid_stride_many_tokens(monkeypatch, grid):
     # With LTX_KERNELS_GRID=walk (at most 32 blocks per SM) the blocks walk, and batch 7 does
     # not divide the grid's token step, so the (s, b) stepping wraps. By default (a block per
     # token group) the same calls, up to 10^6 tokens.
-    if grid:
+    if grid:  # rope_kernel's walk (its packed form too: the rotate-half call below)
         monkeypatch.setenv("LTX_KERNELS_GRID", grid)
+        monkeypatch.setenv("LTX_KERNELS_ROPE_LEAN", "0")
     x = torch.randn(7, 60001, 64, device="cuda", dtype=torch.bfloat16)
     k = torch.randn_like(x)
     c, s = torch.randn(60001, 64, device="cuda"), torch.randn(60001, 64, device="cuda")
@@ -862,7 +871,7 @@ def test_grid_stride_many_tokens(monkeypatch, grid):
 
 
 @requires_gpu
-def test_offsets_past_2_31():
+def test_offsets_past_2_31(monkeypatch):
     d = 2048
     s = (1 << 31) // d + 64  # x has more than 2^31 elements (4.3 GB in bf16)
     x = torch.empty(1, s, d, device="cuda", dtype=torch.bfloat16).normal_()
@@ -875,9 +884,13 @@ def test_offsets_past_2_31():
     q = torch.empty(1, 1, (1 << 31) // 128 + 64, 128, device="cuda", dtype=torch.bfloat16).normal_()
     del x
     hc = torch.randn(1, 1, 128, device="cuda", dtype=torch.bfloat16)
-    oq = kernel.rope_rotate_half_single(q, hc, hc)
     tq = q[:, :, -100:]
-    assert torch.equal(oq[:, :, -100:], llama_apply(tq, tq, hc, hc)[0])
+    want = llama_apply(tq, tq, hc, hc)[0]
+    oq = kernel.rope_rotate_half_single(q, hc, hc)  # rope_half_lean_kernel
+    assert torch.equal(oq[:, :, -100:], want)
+    del oq
+    monkeypatch.setenv("LTX_KERNELS_ROPE_LEAN", "0")  # rope_kernel's packed form
+    assert torch.equal(kernel.rope_rotate_half_single(q, hc, hc)[:, :, -100:], want)
 
 
 def test_exports():
