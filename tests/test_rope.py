@@ -661,6 +661,52 @@ def test_opcheck(device):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+def test_outputs_keep_memory_order(device):
+    """Outputs come back in the input's memory order, as eager's expression and torch.empty_like
+    give them (transformers' q and k are [B, H, S, D] views of [B, S, H, D] storage), and the fake
+    implementations say so (opcheck compares their strides with the real ones); where the kernel
+    could not write that order directly (a last dim that is not contiguous), a contiguous output.
+    The backward ops follow grad's order the same way."""
+    bf = torch.bfloat16
+    ops = kernel.ops
+    base_q = torch.randn(2, 6, 4, 64, device=device, dtype=bf)
+    base_k = torch.randn(2, 6, 2, 64, device=device, dtype=bf)
+    fused = torch.randn(2, 6, 8 * 64, device=device, dtype=bf)  # a fused q/k/v projection
+    hc = torch.randn(2, 6, 64, device=device, dtype=bf)
+    layouts = {
+        "bhsd": (base_q.transpose(1, 2).contiguous(), base_k.transpose(1, 2).contiguous()),
+        "bshd storage": (base_q.transpose(1, 2), base_k.transpose(1, 2)),
+        "fused slices": (fused[..., :256].unflatten(-1, (4, 64)).transpose(1, 2),
+                         fused[..., 256:384].unflatten(-1, (2, 64)).transpose(1, 2)),
+        "strided last dim": (torch.randn(2, 4, 6, 128, device=device, dtype=bf)[..., ::2],
+                             torch.randn(2, 2, 6, 128, device=device, dtype=bf)[..., ::2]),
+    }
+    for name, (q, k) in layouts.items():
+        want_q, want_k = llama_apply(q, k, hc, hc)
+        oq, ok = kernel.rope_rotate_half(q, k, hc, hc)
+        direct = name != "strided last dim"
+        for o, x, w in ((oq, q, want_q), (ok, k, want_k)):
+            assert torch.equal(o, w.to(bf)), name
+            assert o.stride() == (torch.empty_like(x).stride() if direct else x.contiguous().stride()), name
+        assert kernel.rope_rotate_half_single(q, hc, hc).stride() == oq.stride(), name
+        torch.library.opcheck(ops.rope_rotate_half.default, (q, k, hc, hc, 1))
+        torch.library.opcheck(ops.rope_rotate_half_single.default, (q, hc, hc, 1))
+        torch.library.opcheck(ops.rope_rotate_half_backward.default, (q, k, hc, hc, 1))
+        torch.library.opcheck(ops.rope_rotate_half_single_backward.default, (q, hc, hc, 1))
+    # interleaved: [B, S, D] with its batch and sequence swapped in storage, a slice of a wider row
+    c, s = torch.randn(6, 64, device=device), torch.randn(6, 64, device=device)
+    x = torch.randn(6, 2, 64, device=device, dtype=bf).transpose(0, 1)
+    xk = torch.randn(2, 6, 192, device=device, dtype=bf)[..., 64:128]
+    for v in (x, xk):
+        out = kernel.rope_interleaved(v, c, s)
+        assert out.stride() == torch.empty_like(v).stride() and torch.equal(out, diffusers_ref_any(v, c, s))
+        torch.library.opcheck(ops.rope_interleaved.default, (v, c, s))
+        torch.library.opcheck(ops.rope_interleaved_qk.default, (v, v, c, s))
+        torch.library.opcheck(ops.rope_interleaved_backward.default, (v, c, s))
+        torch.library.opcheck(ops.rope_interleaved_qk_backward.default, (v, v, c, s))
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_compile_fullgraph_matches_eager(device):
     bf = torch.bfloat16
 

@@ -125,10 +125,33 @@ def rope_rotate_half_single(
     return ops.rope_rotate_half_single(x, cos, sin, unsqueeze_dim)
 
 
+def _leading_dims_collapse(x, n):
+    """Whether dims 0..n-1 of x step by one stride (size-1 dims skipped): rope.cpp's lead_stride."""
+    needed = None
+    for d in reversed(range(n)):
+        if x.shape[d] == 1:
+            continue
+        if needed is not None and x.stride(d) != needed:
+            return False
+        needed = x.stride(d) * x.shape[d]
+    return True
+
+
+def _empty_in_order(x, interleaved):
+    """The output the C++ front end allocates (rope.cpp empty_in_order): x's memory order, as
+    torch.empty_like(x) and eager's expression give it, unless the kernel could not write that
+    directly (last dim not contiguous; interleaved rows whose leading dims do not collapse)."""
+    out = torch.empty_like(x)
+    direct = out.shape[-1] <= 1 or out.stride(-1) == 1
+    if direct and interleaved:
+        direct = _leading_dims_collapse(out, out.dim() - 2)
+    return out if direct else x.new_empty(x.shape)
+
+
 @torch.library.register_fake(add_op_namespace_prefix("rope_interleaved"))
 def _rope_interleaved_fake(x, cos, sin):
     _arch.check_fake(x)
-    return x.new_empty(x.shape)
+    return _empty_in_order(x, True)
 
 
 @torch.library.register_fake(add_op_namespace_prefix("rope_interleaved_out"))
@@ -140,7 +163,7 @@ def _rope_interleaved_out_fake(out, x, cos, sin):
 @torch.library.register_fake(add_op_namespace_prefix("rope_interleaved_qk"))
 def _rope_interleaved_qk_fake(q, k, cos, sin):
     _arch.check_fake(q)
-    return q.new_empty(q.shape), k.new_empty(k.shape)
+    return _empty_in_order(q, True), _empty_in_order(k, True)
 
 
 @torch.library.register_fake(add_op_namespace_prefix("rope_interleaved_qk_out"))
@@ -152,7 +175,7 @@ def _rope_interleaved_qk_out_fake(q_out, k_out, q, k, cos, sin):
 @torch.library.register_fake(add_op_namespace_prefix("rope_rotate_half"))
 def _rope_rotate_half_fake(q, k, cos, sin, unsqueeze_dim):
     _arch.check_fake(q)
-    return q.new_empty(q.shape), k.new_empty(k.shape)
+    return _empty_in_order(q, False), _empty_in_order(k, False)
 
 
 @torch.library.register_fake(add_op_namespace_prefix("rope_rotate_half_out"))
@@ -164,7 +187,7 @@ def _rope_rotate_half_out_fake(q_out, k_out, q, k, cos, sin, unsqueeze_dim):
 @torch.library.register_fake(add_op_namespace_prefix("rope_rotate_half_single"))
 def _rope_rotate_half_single_fake(x, cos, sin, unsqueeze_dim):
     _arch.check_fake(x)
-    return x.new_empty(x.shape)
+    return _empty_in_order(x, False)
 
 
 @torch.library.register_fake(add_op_namespace_prefix("rope_rotate_half_single_out"))
@@ -179,25 +202,25 @@ def _rope_rotate_half_single_out_fake(out, x, cos, sin, unsqueeze_dim):
 @torch.library.register_fake(add_op_namespace_prefix("rope_interleaved_backward"))
 def _rope_interleaved_backward_fake(grad, cos, sin):
     _arch.check_fake(grad)
-    return grad.new_empty(grad.shape)
+    return _empty_in_order(grad, True)
 
 
 @torch.library.register_fake(add_op_namespace_prefix("rope_interleaved_qk_backward"))
 def _rope_interleaved_qk_backward_fake(grad_q, grad_k, cos, sin):
     _arch.check_fake(grad_q)
-    return grad_q.new_empty(grad_q.shape), grad_k.new_empty(grad_k.shape)
+    return _empty_in_order(grad_q, True), _empty_in_order(grad_k, True)
 
 
 @torch.library.register_fake(add_op_namespace_prefix("rope_rotate_half_backward"))
 def _rope_rotate_half_backward_fake(grad_q, grad_k, cos, sin, unsqueeze_dim):
     _arch.check_fake(grad_q)
-    return grad_q.new_empty(grad_q.shape), grad_k.new_empty(grad_k.shape)
+    return _empty_in_order(grad_q, False), _empty_in_order(grad_k, False)
 
 
 @torch.library.register_fake(add_op_namespace_prefix("rope_rotate_half_single_backward"))
 def _rope_rotate_half_single_backward_fake(grad, cos, sin, unsqueeze_dim):
     _arch.check_fake(grad)
-    return grad.new_empty(grad.shape)
+    return _empty_in_order(grad, False)
 
 
 # Autograd: registered in C++ for the Autograd key (torch-ext/ops/autograd.cpp): the backward
