@@ -157,10 +157,6 @@ VARIANTS = {
         # every head pair of a token in one pass (one token per block) at any token count, not
         # only on calls of few tokens: -0.7% at 8192 tokens, +0.8% at 2048 (H100, 2026-12-07)
         "ours (wide slots, any tokens)": {**LOOP, "LTX_KERNELS_ROPE_WIDE_SLOTS": "all"},
-        # candidates: the lean kernel with 2 / 4 heads of a token per thread (tables loaded once
-        # for them, 2K loads of 16 bytes in flight per thread; 48 / 70 registers on sm_90)
-        "ours (lean, 2 heads a thread)": {"LTX_KERNELS_ROPE_LEAN": "2"},
-        "ours (lean, 4 heads a thread)": {"LTX_KERNELS_ROPE_LEAN": "4"},
     },
     "qk": {
         "ours": {},
@@ -182,8 +178,6 @@ VARIANTS = {
         "ours (wide slots <= 1/SM)": {**LOOP, "LTX_KERNELS_ROPE_WIDE_SLOTS": "1"},
         "ours (wide slots <= 4/SM)": {**LOOP, "LTX_KERNELS_ROPE_WIDE_SLOTS": "4"},
         "ours (power-of-two slots)": {**LOOP, "LTX_KERNELS_ROPE_SLOTS": "0"},
-        "ours (lean, 2 heads a thread)": {"LTX_KERNELS_ROPE_LEAN": "2"},
-        "ours (lean, 4 heads a thread)": {"LTX_KERNELS_ROPE_LEAN": "4"},
     },
 }
 

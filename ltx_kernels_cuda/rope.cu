@@ -344,9 +344,12 @@ __global__ void __launch_bounds__(kBlock, kPacked ? kPackedMinBlocks : kMinBlock
 // Measured (H100 bf16, 2026-12-07 08:14, RESULTS.md, clean cold L2, medians of 3): Llama
 // q 32 x 8192 x 128 + k 8 heads 59.18 -> 58.50 µs, 2048 tokens 15.55 -> 15.46, head_dim 64
 // (32 + 32 heads) 23.47 -> 22.91; decode under graph replay 1.78 -> 1.32 (1 token), 1.91 ->
-// 1.50 (16 x 1), 256 tokens 2.58 -> 2.44, 512 tokens 3.62 -> 3.44.
-// `items` = tokens x heads (K > 1: head groups) x units < 2^32 (the launcher checks); a
-// divisor of 1 is skipped.
+// 1.50 (16 x 1), 256 tokens 2.58 -> 2.44, 512 tokens 3.62 -> 3.44. With outputs in the
+// input's storage order (torch-ext/ops/rope.cpp empty_in_order), 8192 tokens 56.61 µs against
+// Liger's 56.75 in place (08:46). Tried, dropped (08:31 / 08:39): 2 or 4 heads of a token per
+// thread, the unit's tables loaded once for them (48 / 70 registers): within +-0.5% at 2048 and
+// 8192 tokens, 25% slower on decode under graph replay.
+// `items` = tokens x heads x units < 2^32 (the launcher checks); a divisor of 1 is skipped.
 struct LeanSplit {
   DivU32 by_units, by_heads, by_batch;  // unit of a row, head of a token, (s, b) of a token
   uint32_t units, heads, batch, items;
@@ -356,78 +359,34 @@ LTX_HOST_DEVICE uint32_t div_by(const DivU32& d, uint32_t size, uint32_t n) {
   return size == 1 ? n : d.div(n);
 }
 
-// K heads per thread (candidate, LTX_KERNELS_ROPE_LEAN=2 / 4): a thread takes one unit of K
-// consecutive heads of a token (q's then k's, a group may hold both), loading the unit's four
-// table vectors once for them and every head's a and z before the first store: 2K DRAM loads
-// of 16 bytes in flight per thread instead of 2, and 4 L1 table loads per K heads instead of
-// per head, for more registers (fewer threads per SM; the minimum blocks shrink with K).
-template <int K>
-constexpr int lean_min_blocks() {
-  return K == 1 ? kLeanMinBlocks : K == 2 ? (kLeanMinBlocks * 5) / 8 : (kLeanMinBlocks * 3) / 8;
-}
-
-template <typename T, int K>
-__global__ void __launch_bounds__(kBlock, lean_min_blocks<K>())
+template <typename T>
+__global__ void __launch_bounds__(kBlock, kLeanMinBlocks)
     rope_half_lean_kernel(const RopeParams p, const LeanSplit q) {
   using V = Vec<T, 8>;
   pdl_wait();
   pdl_launch_dependents();
   const uint32_t i = blockIdx.x * kBlock + threadIdx.x;
   if (i >= q.items) return;
-  const uint32_t row = div_by(q.by_units, q.units, i);  // token * heads + head (K: head group)
+  const uint32_t row = div_by(q.by_units, q.units, i);  // token * heads + head
   const uint32_t t = div_by(q.by_heads, q.heads, row);
   const uint32_t s = div_by(q.by_batch, q.batch, t);
   const int64_t b = t - s * q.batch;
   const int hh = static_cast<int>(row - t * q.heads);
   const int lo = static_cast<int>(i - row * q.units) * 8;
   const int hi = lo + p.half;
-  // (the table rows after the head's rows: in the other order K = 1 spilled 4 bytes at 32
-  // registers on sm_80 / sm_100)
-  auto table_row = [&](const void* tab, int64_t tb, int64_t ts) {
-    return static_cast<const T*>(tab) + b * tb + s * ts;
-  };
-  if constexpr (K == 1) {
-    const RopeSide& S = p.side[hh < p.side[0].heads ? 0 : 1];
-    const int64_t h = hh < p.side[0].heads ? hh : hh - p.side[0].heads;
-    const T* x = static_cast<const T*>(S.in) + b * S.in_b + s * S.in_s + h * S.in_h;
-    T* o = static_cast<T*>(S.out) + b * S.out_b + s * S.out_s + h * S.out_h;
-    const T* cr = table_row(p.cos, p.cos_b, p.cos_s);
-    const T* sr = table_row(p.sin, p.sin_b, p.sin_s);
-    const V a = V::load(x + lo), z = V::load(x + hi);
-    // All six 16-byte loads still issue before the two stores (sm_90 SASS: LDG.E.128.CONSTANT
-    // x 6, then STG.E.128 x 2); with the tables read inside the expressions ptxas fits 32
-    // registers without spills, with them named up front it spilled 12 bytes. The tables are
-    // L1 / L2 hits after a token's first head; a and z come from DRAM.
-    sub_rn(mul_rn(a, V::load(cr + lo)), mul_rn(z, V::load(sr + lo))).store(o + lo);
-    add_rn(mul_rn(z, V::load(cr + hi)), mul_rn(a, V::load(sr + hi))).store(o + hi);
-  } else {
-    const int total = p.side[0].heads + p.side[1].heads;
-    V a[K], z[K];
-    T* o[K];
-#pragma unroll
-    for (int k = 0; k < K; ++k) {
-      const int head = hh * K + k;
-      if (head < total) {
-        const bool second = head >= p.side[0].heads;
-        const RopeSide& S = p.side[second ? 1 : 0];
-        const int64_t h = second ? head - p.side[0].heads : head;
-        const T* x = static_cast<const T*>(S.in) + b * S.in_b + s * S.in_s + h * S.in_h;
-        o[k] = static_cast<T*>(S.out) + b * S.out_b + s * S.out_s + h * S.out_h;
-        a[k] = V::load(x + lo);
-        z[k] = V::load(x + hi);
-      }
-    }
-    const T* cr = table_row(p.cos, p.cos_b, p.cos_s);
-    const T* sr = table_row(p.sin, p.sin_b, p.sin_s);
-    const V c0 = V::load(cr + lo), s0 = V::load(sr + lo), c1 = V::load(cr + hi), s1 = V::load(sr + hi);
-#pragma unroll
-    for (int k = 0; k < K; ++k) {
-      if (hh * K + k < total) {
-        sub_rn(mul_rn(a[k], c0), mul_rn(z[k], s0)).store(o[k] + lo);
-        add_rn(mul_rn(z[k], c1), mul_rn(a[k], s1)).store(o[k] + hi);
-      }
-    }
-  }
+  const RopeSide& S = p.side[hh < p.side[0].heads ? 0 : 1];
+  const int64_t h = hh < p.side[0].heads ? hh : hh - p.side[0].heads;
+  const T* x = static_cast<const T*>(S.in) + b * S.in_b + s * S.in_s + h * S.in_h;
+  T* o = static_cast<T*>(S.out) + b * S.out_b + s * S.out_s + h * S.out_h;
+  const T* cr = static_cast<const T*>(p.cos) + b * p.cos_b + s * p.cos_s;
+  const T* sr = static_cast<const T*>(p.sin) + b * p.sin_b + s * p.sin_s;
+  const V a = V::load(x + lo), z = V::load(x + hi);
+  // All six 16-byte loads still issue before the two stores (sm_90 SASS: LDG.E.128.CONSTANT
+  // x 6, then STG.E.128 x 2); with the tables read inside the expressions ptxas fits 32
+  // registers without spills, with them named up front it spilled 12 bytes. The tables are
+  // L1 / L2 hits after a token's first head; a and z come from DRAM.
+  sub_rn(mul_rn(a, V::load(cr + lo)), mul_rn(z, V::load(sr + lo))).store(o + lo);
+  add_rn(mul_rn(z, V::load(cr + hi)), mul_rn(a, V::load(sr + hi))).store(o + hi);
 }
 
 // Stride of dim d, 0 where the dim has size 1 (it is never stepped).
@@ -603,19 +562,15 @@ void rope_rotate_launch(const at::Tensor& out0, const at::Tensor& in0, const at:
   const bool pdl = pdl_requested(device);
   // rope_half_lean_kernel: the packed form's calls with R = D and fewer units than
   // 2^32 - kBlock (its 32-bit thread index stays below 2^32 in the last block).
+  const int64_t lean_items = tokens * heads * p.rot_items;
   // (the switch's environment read last: only calls the kernel could take pay for it)
-  const bool lean_ok = !interleaved && !inverse && u == 8 && p.pass_items == 0 &&
-                       p.batch <= (int64_t{1} << 31) && heads <= (int64_t{1} << 31);
-  const std::string_view lean_switch = lean_ok ? ab_switch("LTX_KERNELS_ROPE_LEAN") : "0";
-  // heads per thread (candidates 2 / 4; the default 1)
-  const int lean_k = lean_switch == "2" ? 2 : lean_switch == "4" ? 4 : 1;
-  const int64_t lean_groups = ceil_div(heads, static_cast<int64_t>(lean_k));
-  const int64_t lean_items = tokens * lean_groups * p.rot_items;
-  const bool lean = lean_ok && lean_switch != "0" && lean_items <= (int64_t{1} << 32) - kBlock;
+  const bool lean = !interleaved && !inverse && u == 8 && p.pass_items == 0 &&
+                    lean_items <= (int64_t{1} << 32) - kBlock && p.batch <= (int64_t{1} << 31) &&
+                    heads <= (int64_t{1} << 31) && ab_switch("LTX_KERNELS_ROPE_LEAN") != "0";
   LeanSplit lean_split{};
   if (lean) {
     lean_split.units = static_cast<uint32_t>(p.rot_items);
-    lean_split.heads = static_cast<uint32_t>(lean_groups);
+    lean_split.heads = static_cast<uint32_t>(heads);
     lean_split.batch = static_cast<uint32_t>(p.batch);
     lean_split.items = static_cast<uint32_t>(lean_items);
     lean_split.by_units = DivU32(lean_split.units);
@@ -650,10 +605,7 @@ void rope_rotate_launch(const at::Tensor& out0, const at::Tensor& in0, const at:
                                    !std::is_same_v<Tx, float>) {
                 if (lean) {
                   const auto lean_grid = static_cast<unsigned>(ceil_div(lean_split.items, kBlock));
-                  auto kernel = lean_k == 4   ? rope_half_lean_kernel<Tx, 4>
-                                : lean_k == 2 ? rope_half_lean_kernel<Tx, 2>
-                                              : rope_half_lean_kernel<Tx, 1>;
-                  launch_pdl(kernel, lean_grid, kBlock, stream, pdl, p, lean_split);
+                  launch_pdl(rope_half_lean_kernel<Tx>, lean_grid, kBlock, stream, pdl, p, lean_split);
                 } else {
                   launch_pdl(rope_kernel<Tx, Tc, U, false, false, true>, grid, kBlock, stream, pdl, p);
                 }

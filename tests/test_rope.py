@@ -826,11 +826,9 @@ LOOP = {"LTX_KERNELS_ROPE_LEAN": "0"}
                                  {**LOOP, "LTX_KERNELS_ROPE_WIDE_SLOTS": "1"},
                                  {**LOOP, "LTX_KERNELS_ROPE_WIDE_SLOTS": "4"},
                                  {**LOOP, "LTX_KERNELS_GRID": "walk"}, {**LOOP, "LTX_KERNELS_ROPE_SLOTS": "0"},
-                                 {**LOOP, "LTX_KERNELS_ROPE_WIDE_SLOTS": "all"},
-                                 {"LTX_KERNELS_ROPE_LEAN": "2"}, {"LTX_KERNELS_ROPE_LEAN": "4"}],
+                                 {**LOOP, "LTX_KERNELS_ROPE_WIDE_SLOTS": "all"}],
                          ids=["pdl", "no_pdl", "loop_kernel", "loop_kernel_no_pdl", "no_wide_slots",
-                              "wide_slots_1", "wide_slots_4", "grid_walk", "no_slots_fit", "wide_slots_all",
-                              "lean_2_heads", "lean_4_heads"])
+                              "wide_slots_1", "wide_slots_4", "grid_walk", "no_slots_fit", "wide_slots_all"])
 def test_pdl_launch_real_shapes(monkeypatch, env):
     """Llama-style calls on rope_half_lean_kernel (the default: one thread per (token, head,
     unit)) with programmatic dependent launch (the default on sm_90+) and without it
@@ -843,9 +841,8 @@ def test_pdl_launch_real_shapes(monkeypatch, env):
     without the slot count that fills every pass of head pairs in calls of many tokens
     (LTX_KERNELS_ROPE_SLOTS=0; by default Llama's 32 + 8 heads take 4 slots instead of 8, an
     odd 5 + 3 heads 4 instead of 8 from ~1000 tokens), and with the wide slots at any token
-    count (=all), and the lean kernel with 2 / 4 heads per thread (LTX_KERNELS_ROPE_LEAN=2 / 4,
-    candidates; a group of heads may hold q's last and k's first): the RoPE kernels give the same
-    results in both layouts, decode-sized and large, out of place and in place."""
+    count (=all): the RoPE kernels give the same results in both layouts, decode-sized and
+    large, out of place and in place."""
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     test_llama_real_shape(torch.bfloat16)
