@@ -6,7 +6,7 @@
 # LTX_AB_OPS (every variant checked against eager, then timed with its peers in one
 # process, clean cold-L2 flush), then the wider tests (LTX_AB_TESTS) with whatever time is
 # left of LTX_AB_LIMIT seconds. Each stage has its own timeout so earlier results come back.
-#   LTX_AB_OPS (default adaln,rmsnorm,rmsnorm_small,act,rope; also rope_small; op:match for
+#   LTX_AB_OPS (default adaln,rmsnorm,rmsnorm_small,act,rope; empty: none; also rope_small; op:match for
 #   only the cases whose name contains match, e.g. rmsnorm:x32x or qk:[B,S,D]; the *_small ops
 #   under graph replay too), LTX_AB_ROUNDS (3), LTX_AB_S (per op at most, 100; each op gets
 #   an equal share of the time left, and one with under 30 s is skipped with a note),
@@ -33,7 +33,9 @@ if [ "${LTX_AB_HOST:-1}" != 0 ]; then
   echo "host_overhead rc=$? at ${SECONDS}s"; tail -14 "$OUT/host_overhead.txt"
 fi
 
-OPS=${LTX_AB_OPS:-adaln,rmsnorm,rmsnorm_small,act,rope}
+# An empty LTX_AB_OPS times nothing (tests only); unset, the default list. (`:-` ran every op
+# for an empty value, 2026-12-07 08:49.)
+OPS=${LTX_AB_OPS-adaln,rmsnorm,rmsnorm_small,act,rope}
 IFS=',' read -ra pieces <<< "$OPS"  # commas only: a match may hold spaces (act:gelu tanh)
 # A piece that does not look like an op's name (lower-case word, then ':' or its end) belongs
 # to the match before it, which held a comma (qk:[B,S,D]; 2026-12-07 01:37 it became ops "S"
