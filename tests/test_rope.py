@@ -697,9 +697,12 @@ def test_outputs_keep_memory_order(device):
     c, s = torch.randn(6, 64, device=device), torch.randn(6, 64, device=device)
     x = torch.randn(6, 2, 64, device=device, dtype=bf).transpose(0, 1)
     xk = torch.randn(2, 6, 192, device=device, dtype=bf)[..., 64:128]
-    for v in (x, xk):
+    # and leading dims that do not collapse into one batch stride: contiguous (the temporary's case)
+    xp = torch.randn(2, 3, 6, 64, device=device, dtype=bf).permute(1, 0, 2, 3)
+    for v in (x, xk, xp):
         out = kernel.rope_interleaved(v, c, s)
-        assert out.stride() == torch.empty_like(v).stride() and torch.equal(out, diffusers_ref_any(v, c, s))
+        want_stride = (v.contiguous() if v is xp else torch.empty_like(v)).stride()
+        assert out.stride() == want_stride and torch.equal(out, diffusers_ref_any(v, c, s))
         torch.library.opcheck(ops.rope_interleaved.default, (v, c, s))
         torch.library.opcheck(ops.rope_interleaved_qk.default, (v, v, c, s))
         torch.library.opcheck(ops.rope_interleaved_backward.default, (v, c, s))
