@@ -102,28 +102,32 @@ def launch_llama_rows(k, args, op, shapes):
 
 
 def launch_rope_llama(k, args):
-    """Llama's rotate-half RoPE where ours trails Liger (RESULTS.md 2026-12-06 02:54, H200: 45.02 vs
-    43.26 µs; H100 ~3%): q [1, 32, 8192, 128], k 8 heads in transformers' [B, S, H, D] storage,
-    tables [1, 8192, 128] in q's dtype. Ours out of place and in place, Liger (in place), inductor."""
+    """Llama's rotate-half RoPE next to Liger: q [1, 32, S, 128] with k 8 heads (S = 8192, 2048) and
+    q / k 32 heads of 64 at 4096 tokens, in transformers' [B, S, H, D] storage, tables in q's
+    dtype. Ours out of place and in place, Liger (in place), inductor. At 2048 tokens and head_dim
+    64 ours out of place trails ours in place by 2-5% (H100, RESULTS.md 2026-12-07 08:46), at 8192
+    not: the counters of both launches side by side."""
     liger, _ = bench_ops.import_liger()
     liger_rope = (liger or {}).get("rope")
+    shapes = ((32, 8, 8192, 128), (32, 8, 2048, 128), (32, 32, 4096, 64))
     for dt_name in args.dtypes.split(","):
         dt = getattr(torch, dt_name)
-        # bench_ops' own case builds the inputs, so the profile sees the timed call's tensors
-        inp = bench_ops.rope_llama_case(1, 32, 8, 8192, 128, dt, "cuda").inputs()
-        q, kk, cos, sin = inp["q"], inp["k"], inp["cos"], inp["sin"]
-        qi, ki = q.clone(), kk.clone()  # clone keeps the [B, S, H, D] strides
-        fns = [lambda: k.rope_rotate_half(q, kk, cos, sin),
-               lambda: k.rope_rotate_half(qi, ki, cos, sin, inplace=True)]
-        if liger_rope is not None:
-            fns.append(lambda: liger_rope(qi, ki, cos, sin))
-        if args.compile:
-            fns.append(torch.compile(lambda: bench_ops.ref_rope_llama(q, kk, cos, sin), dynamic=False))
-        for fn in fns:
-            for _ in range(2):
-                fn()
-        torch.cuda.synchronize()
-        print(f"launched rope_llama {dt_name}", flush=True)
+        for hq, hk, seq, dh in shapes:
+            # bench_ops' own case builds the inputs, so the profile sees the timed call's tensors
+            inp = bench_ops.rope_llama_case(1, hq, hk, seq, dh, dt, "cuda").inputs()
+            q, kk, cos, sin = inp["q"], inp["k"], inp["cos"], inp["sin"]
+            qi, ki = q.clone(), kk.clone()  # clone keeps the [B, S, H, D] strides
+            fns = [lambda: k.rope_rotate_half(q, kk, cos, sin),
+                   lambda: k.rope_rotate_half(qi, ki, cos, sin, inplace=True)]
+            if liger_rope is not None:
+                fns.append(lambda: liger_rope(qi, ki, cos, sin))
+            if args.compile:
+                fns.append(torch.compile(lambda: bench_ops.ref_rope_llama(q, kk, cos, sin), dynamic=False))
+            for fn in fns:
+                for _ in range(2):
+                    fn()
+            torch.cuda.synchronize()
+            print(f"launched rope_llama q{hq}x{seq}x{dh},k{hk} {dt_name}", flush=True)
 
 
 if __name__ == "__main__":
