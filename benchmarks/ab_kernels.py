@@ -35,8 +35,7 @@ LTX_KERNELS_GEGLU_TABLE=compact gives GEGLU the compact table; LTX_KERNELS_ACT_G
 rows / rows128 gives the computed GELU / GEGLU kernel 32 blocks per SM walking the rows
 (GELU's default) / a block per row group of at most 256 / 128 threads (GEGLU's default);
 LTX_KERNELS_GEGLU_PACKED=0 computes GEGLU's product in fp32 instead of on packed pairs;
-LTX_KERNELS_ACT_PIPELINE=1 (with ACT_GRID=walk) has GEGLU's walking threads queue their next
-row by cp.async before computing this one, on one wave of blocks; LTX_KERNELS_PDL=0 launches
+LTX_KERNELS_PDL=0 launches
 rms_norm_direct_kernel and rope_kernel without programmatic dependent launch
 (common/pdl.cuh); LTX_KERNELS_RMS_DECODE_C=4 gives decode-sized rows 4 vectors per thread
 instead of 2, LTX_KERNELS_RMS_DECODE=loop gives them back the row loop and looped cross-warp
@@ -55,10 +54,12 @@ group (`--op rope`, `--op gated`, `--op rmsnorm`, `--op adaln`); LTX_KERNELS_ROP
 keeps RoPE calls of many tokens on the power-of-two head split instead of the slot count
 that fills every pass of head pairs (Llama's 32 + 8 heads: 8 slots instead of 4; `--op rope`,
 `--op rope_small`); LTX_KERNELS_ROPE_ORDER=position walks RoPE's tokens position-major instead
-of batch-major (`--op rope`); `--op qk` times LTX's q/k prologue (LTX_KERNELS_QK_TABLES=prefetch / plain
+of batch-major (`--op rope`); LTX_KERNELS_ROPE_STREAM=0 loads the interleaved forward's x and
+tables through L1 (by default one head with full tables skips it), =1 has every interleaved
+forward skip it (`--op rope`); `--op qk` times LTX's q/k prologue (LTX_KERNELS_QK_TABLES=prefetch / plain
 force asking for each token's table rows in L2 before the reduction, the default only for
-tables the batch shares; =staged, a candidate, queues full tables into shared memory with q's
-and k's loads; its rows stay position-major: batch-major lost 9-17% on the H100, 2026-12-06).
+tables the batch shares; its rows stay position-major: batch-major lost 9-17% on the H100,
+2026-12-06).
 Decided candidates leave their switch behind or are dropped (2026-12-05: adaln_direct_kernel,
 the early weight, the GELU table, the packed rotate-half form, then PDL, decode C = 2, the
 compact GELU table and per-token AdaLN C = 2, then the short-row rmsnorm kernel and RoPE's
@@ -70,7 +71,9 @@ kernel was dropped, H100; then the block per row / token group of RoPE and the r
 kernels and the fitted RoPE slots, H100; then RoPE's lane per unit became the default and
 the 6-blocks-per-SM pair-table RoPE and AdaLN C = 1 were dropped, H100; then RoPE's
 batch-major token walk became the default and the batch folded into heads was dropped,
-H100); rmsnorm_small
+H100; 2026-12-07: the lean Llama RoPE kernel and the interleaved stream loads for one head
+became defaults; the lean kernel's L2 prefetch ahead, GEGLU's pipelined walk and the q/k
+prologue's staged tables were dropped, H100); rmsnorm_small
 still times the decode shapes against the peers.
 Every variant's output is checked against the eager reference
 before it is timed (a variant that disagrees is reported and not timed). A copy of the
@@ -90,7 +93,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_ops import (Timer, cold_l2_us, import_liger, load_kernel, ref_adaln_layer,  # noqa: E402
                        ref_adaln_rms, ref_geglu_tanh, ref_rms_diffusers, ref_rms_llama, ref_rope_llama,
                        ref_gated_residual, ref_qk_prologue, ref_qk_prologue_pair, ref_rope_ltx,
-                       ref_rope_ltx_qk_pair)
+                       ref_rope_ltx_qk, ref_rope_ltx_qk_pair)
 
 # Llama-style RoPE calls on rope_kernel's packed form instead of rope_half_lean_kernel
 LOOP = {"LTX_KERNELS_ROPE_LEAN": "0"}
@@ -142,7 +145,6 @@ VARIANTS = {
         "ours (GEGLU block per row, 256)": {"LTX_KERNELS_ACT_GRID": "rows"},
         "ours (computed, 128-thread blocks)": {"LTX_KERNELS_GELU_TABLE": "0", "LTX_KERNELS_ACT_GRID": "rows128"},
         "ours (GEGLU fp32 product)": {"LTX_KERNELS_GEGLU_PACKED": "0"},
-        "ours (GEGLU pipelined walk)": {"LTX_KERNELS_ACT_GRID": "walk", "LTX_KERNELS_ACT_PIPELINE": "1"},
     },
     "rope": {
         "ours": {},
@@ -157,6 +159,10 @@ VARIANTS = {
         # every head pair of a token in one pass (one token per block) at any token count, not
         # only on calls of few tokens: -0.7% at 8192 tokens, +0.8% at 2048 (H100, 2026-12-07)
         "ours (wide slots, any tokens)": {**LOOP, "LTX_KERNELS_ROPE_WIDE_SLOTS": "all"},
+        # the interleaved forward's x and table loads skip L1 for one head with full tables (the
+        # default since 2026-12-07 10:20: rope_ltx); =0 for none, =1 for every forward
+        "ours (interleaved, loads through L1)": {"LTX_KERNELS_ROPE_STREAM": "0"},
+        "ours (interleaved, every forward skips L1)": {"LTX_KERNELS_ROPE_STREAM": "1"},
     },
     "qk": {
         "ours": {},
@@ -165,8 +171,6 @@ VARIANTS = {
         # either form for every table layout
         "ours (tables prefetched to L2)": {"LTX_KERNELS_QK_TABLES": "prefetch"},
         "ours (tables not prefetched)": {"LTX_KERNELS_QK_TABLES": "plain"},
-        # candidate: full tables staged in shared memory by cp.async with q's and k's loads
-        "ours (tables staged)": {"LTX_KERNELS_QK_TABLES": "staged"},
         # token i -> (b, s) by the 64-bit division instead of DivU32's multiply (before 2026-12-06 22:00)
         "ours (token split divided)": {"LTX_KERNELS_QK_SPLIT": "divide"},
     },
@@ -348,7 +352,8 @@ def rope_case(k, dev, g, liger_rope, b, hq, hk, seq, dh, pos0=0):
 
 def rope_ltx_cases(k, dev, g):
     """LTX-Video's interleaved RoPE on [2, 8064, 2048] bf16: x alone with fp32 tables [B, S, D]
-    (bench_ops' rope_ltx) and q, k with fp32 pair tables [B, S, D/2] (rope_ltx_qk_pair).
+    (bench_ops' rope_ltx), q, k with the same tables (rope_ltx_qk) and with fp32 pair tables
+    [B, S, D/2] (rope_ltx_qk_pair).
     Random table values: the timing and the check against the reference do not need cos/sin."""
     shape = (2, 8064, 2048)
     x = torch.randn(shape, device=dev, generator=g).to(torch.bfloat16)
@@ -358,6 +363,8 @@ def rope_ltx_cases(k, dev, g):
     return [
         Case("rope_ltx 2x8064x2048", lambda: k.rope_interleaved(x, cos, sin),
              ref_rope_ltx, (x, cos, sin), 2 * nbytes(x) + nbytes(cos, sin)),
+        Case("rope_ltx_qk q,k 2x8064x2048", lambda: k.rope_interleaved_qk(x, kk, cos, sin),
+             ref_rope_ltx_qk, (x, kk, cos, sin), 2 * nbytes(x, kk) + nbytes(cos, sin)),
         Case("rope_ltx_qk_pair q,k 2x8064x2048", lambda: k.rope_interleaved_qk(x, kk, pc, ps),
              ref_rope_ltx_qk_pair, (x, kk, pc, ps), 2 * nbytes(x, kk) + nbytes(pc, ps)),
     ]

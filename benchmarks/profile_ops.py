@@ -31,9 +31,10 @@ def main():
         if op in args.ops.split(","):
             launch_llama_rows(k, args, op, shapes)
             args.ops = ",".join(o for o in args.ops.split(",") if o != op)
-    if "rope_llama" in args.ops.split(","):
-        launch_rope_llama(k, args)
-        args.ops = ",".join(o for o in args.ops.split(",") if o != "rope_llama")
+    for op, launch in (("rope_llama", launch_rope_llama), ("rope_ltx_qk_pair", launch_rope_ltx_qk_pair)):
+        if op in args.ops.split(","):
+            launch(k, args)
+            args.ops = ",".join(o for o in args.ops.split(",") if o != op)
     if not args.ops:
         return
     for dt_name in args.dtypes.split(","):
@@ -128,6 +129,25 @@ def launch_rope_llama(k, args):
                     fn()
             torch.cuda.synchronize()
             print(f"launched rope_llama q{hq}x{seq}x{dh},k{hk} {dt_name}", flush=True)
+
+
+def launch_rope_ltx_qk_pair(k, args):
+    """LTX's interleaved RoPE on q and k [2, 8064, 2048] with fp32 pair tables [B, S, D/2]
+    (bench_ops' rope_ltx_qk_pair inputs): ours (rope_kernel's interleaved pair form) and
+    inductor's kernel of diffusers' expression, 1.03x faster on the H100 (RESULTS.md 2026-12-07
+    10:04): their counters side by side."""
+    for dt_name in args.dtypes.split(","):
+        dt = getattr(torch, dt_name)
+        inp = bench_ops.rope_ltx_case((2, 8064, 2048), dt, "cuda", qk=True, pair=True).inputs()
+        q, kk, cos, sin = inp["q"], inp["k"], inp["cos"], inp["sin"]
+        fns = [lambda: k.rope_interleaved_qk(q, kk, cos, sin)]
+        if args.compile:
+            fns.append(torch.compile(lambda: bench_ops.ref_rope_ltx_qk_pair(q, kk, cos, sin), dynamic=False))
+        for fn in fns:
+            for _ in range(2):
+                fn()
+        torch.cuda.synchronize()
+        print(f"launched rope_ltx_qk_pair {dt_name}", flush=True)
 
 
 if __name__ == "__main__":

@@ -26,7 +26,6 @@
 #include <type_traits>
 
 #include "../torch-ext/torch_binding.h"
-#include "common/async_copy.cuh"
 #include "common/dispatch.cuh"
 #include "common/vec.cuh"
 
@@ -128,22 +127,10 @@ __device__ __forceinline__ Vec<T, N> act_vec(const Vec<T, N>& gv, const Vec<T, N
 // stride of gridDim.y groups. A thread's columns are fixed, so its bounds checks are
 // hoisted out of the row loop and its addresses only advance by a constant per row.
 //
-// kPipelined (A/B candidate, LTX_KERNELS_ACT_PIPELINE=1; 16-byte vectors of 16-bit gated
-// calls on the walking grid): a thread queues its next row's vectors (cp.async into its own
-// shared-memory slots, common/async_copy.cuh) before it computes this row's, so its loads
-// stay in flight through the ~25 instructions per element of tanhf and GELU. Without it a
-// thread has nothing in flight while it computes (loads, math, stores), and on the H200
-// GEGLU ran at 96% of copy against FlashInfer's 103% (2026-12-06 02:54): bytes in flight
-// per SM, not issue slots alone, may be what is short there. A first form held the next
-// row in registers (3 blocks per SM): ptxas sank those loads below the math, to just
-// before the stores, so nothing overlapped (and it was 2.4% slower on the H100, RESULTS.md
-// 2026-12-06 14:20); cp.async slots cost no registers and cannot be sunk. This form was
-// slower on the H100 as well (16128 rows 261.7 -> 270.5 µs, RESULTS.md 15:09), where GEGLU
-// already runs at the copy rate; it stays a switch until the H200 has timed it.
-// Its slots per thread: two stages x U vectors x two operands, 16 bytes each (32 KB per
-// 256-thread block); the launcher sizes the dynamic shared memory by this.
-constexpr size_t kPipelineBytesPerThread = 2 * kUnroll<true> * 2 * sizeof(uint4);
-template <typename T, int N, GeluKind K, bool kGated, bool kPacked = true, bool kPipelined = false>
+// (A pipelined walk, each thread queueing its next row by cp.async before computing this one,
+// lost on the H100 twice and was never timed on an H200: removed 2026-12-07, benchmarks/NOTES.md
+// 2026-12-06 (13:55).)
+template <typename T, int N, GeluKind K, bool kGated, bool kPacked = true>
 __global__ void __launch_bounds__(kBlock, kMinBlocks) act_kernel(ActParams p) {
   using V = Vec<T, N>;
   constexpr int U = kUnroll<kGated>;
@@ -198,45 +185,9 @@ __global__ void __launch_bounds__(kBlock, kMinBlocks) act_kernel(ActParams p) {
     };
     V gv[U];
     [[maybe_unused]] Vv vv;
-    if constexpr (kPipelined) {
-      // Two stages of this thread's slots, [stage][u][operand][thread]: 16-byte slots of
-      // consecutive threads side by side, so the read-backs are conflict-free.
-      static_assert(kGated, "kPipelineBytesPerThread counts two operands");
-      extern __shared__ __align__(16) uint4 act_slots[];
-      constexpr int kOps = 2;
-      auto slot = [&](int stage, int u, int op) {
-        return act_slots + ((stage * U + u) * kOps + op) * static_cast<int>(blockDim.x) + threadIdx.x;
-      };
-      auto queue_row = [&](int stage, int64_t at) {
-#pragma unroll
-        for (int u = 0; u < U; ++u) {
-          if (live[u]) {
-            cp_async<16>(slot(stage, u, 0), gate + at + u * du);
-            if constexpr (kGated) cp_async<16>(slot(stage, u, 1), value + at + u * du);
-          }
-        }
-      };
-      int stage = 0;
-      if (row < p.rows) queue_row(0, gi);
-      cp_async_commit();
-      for (; row < p.rows; row += row_step, gi += gstep, oi += ostep, stage ^= 1) {
-        if (row + row_step < p.rows) queue_row(stage ^ 1, gi + gstep);
-        cp_async_commit();  // (possibly empty: one group per row keeps the wait uniform)
-        cp_async_wait<1>();  // this row's group has landed; the next row's stays in flight
-#pragma unroll
-        for (int u = 0; u < U; ++u) {
-          if (live[u]) {
-            gv[u] = read_slot<V>(slot(stage, u, 0));
-            if constexpr (kGated) vv[u] = read_slot<V>(slot(stage, u, 1));
-          }
-        }
-        store_row(out + oi, gv, vv);
-      }
-    } else {
-      for (; row < p.rows; row += row_step, gi += gstep, oi += ostep) {
-        load_row(gi, gv, vv);
-        store_row(out + oi, gv, vv);
-      }
+    for (; row < p.rows; row += row_step, gi += gstep, oi += ostep) {
+      load_row(gi, gv, vv);
+      store_row(out + oi, gv, vv);
     }
   };
   if (tile0 + static_cast<int64_t>(U) * p.tpr <= p.nvec) {
@@ -661,19 +612,11 @@ void launch(ActParams p, int64_t rows, int64_t cols, int vec, const at::Tensor& 
   // Down the rows: enough blocks to fill the GPU several times over, at most the grid's
   // y limit; every block walks on by gridDim.y row groups.
   const int64_t row_groups = ceil_div(rows, groups);
-  // LTX_KERNELS_ACT_PIPELINE=1 (read per call, gated calls only): act_kernel's kPipelined,
-  // on a grid of resident blocks only (one wave, sized at its launch below), so each
-  // thread's pipeline runs down ~60 rows instead of ~8. Gated calls it has no instantiation
-  // for (fp32, narrower vectors) run the plain kernel on a grid of kMinBlocks per SM.
-  const bool pipelined = kGated && !block_per_row && ab_switch("LTX_KERNELS_ACT_PIPELINE") == "1";
-  // The grid for `per_sm` blocks per SM (shared by every column tile), or a block per row group.
-  const auto grid_for = [&](int64_t per_sm) {
-    const int64_t want_y =
-        block_per_row ? row_groups : std::max<int64_t>(1, int64_t{sm_count(device)} * per_sm / col_tiles);
-    return dim3(static_cast<unsigned>(col_tiles),
-                static_cast<unsigned>(std::min({row_groups, want_y, int64_t{65535}})));
-  };
-  const dim3 grid = grid_for(pipelined ? kMinBlocks : kRowBlocks);
+  // kRowBlocks per SM (shared by every column tile), or a block per row group.
+  const int64_t want_y =
+      block_per_row ? row_groups : std::max<int64_t>(1, int64_t{sm_count(device)} * kRowBlocks / col_tiles);
+  const dim3 grid(static_cast<unsigned>(col_tiles),
+                  static_cast<unsigned>(std::min({row_groups, want_y, int64_t{65535}})));
   // GEGLU's product on packed pairs (act_vec; H100 2026-12-05 17:12: 261.9 -> 261.4 µs at
   // 16128 rows, 132.1 -> 131.8 at 2 x 4096); LTX_KERNELS_GEGLU_PACKED=0 (read per call)
   // keeps the fp32 product, for the A/B (read for gated calls only).
@@ -686,18 +629,6 @@ void launch(ActParams p, int64_t rows, int64_t cols, int vec, const at::Tensor& 
       constexpr int N = decltype(n)::value;
       if constexpr (N * sizeof(T) <= 16) {
         if constexpr (kPairs8 && N == 8) {
-          if (pipelined) {  // A/B candidate (act_kernel's kPipelined)
-            const size_t smem = static_cast<size_t>(block) * kPipelineBytesPerThread;
-            const auto kernel = kind == GeluKind::kTanh ? act_kernel<T, N, GeluKind::kTanh, true, true, true>
-                                                        : act_kernel<T, N, GeluKind::kErf, true, true, true>;
-            // One wave of the blocks that are resident with their slots: kMinBlocks (4) where
-            // the SM has 164-228 KB of shared memory, 3 where it has 100 KB (sm_86 / 89 / 120).
-            const dim3 wave =
-                grid_for(resident_blocks(reinterpret_cast<const void*>(kernel), block, smem, device));
-            kernel<<<wave, block, smem, stream>>>(p);
-            C10_CUDA_KERNEL_LAUNCH_CHECK();
-            return;
-          }
           if (!packed) {  // 16-byte vectors only: the shapes A/B times
             if (kind == GeluKind::kTanh) {
               act_kernel<T, N, GeluKind::kTanh, true, false><<<grid, block, 0, stream>>>(p);

@@ -14,7 +14,6 @@
 #include <type_traits>
 
 #include "../torch-ext/torch_binding.h"
-#include "common/async_copy.cuh"
 #include "common/dispatch.cuh"
 #include "common/reduce.cuh"
 #include "common/rope_tables.cuh"
@@ -124,62 +123,19 @@ __device__ __forceinline__ void prefetch_l2(const void* ptr) {
   asm volatile("prefetch.global.L2 [%0];" ::"l"(ptr));
 }
 
-// The N per-channel values of one cached vector from its staged slots (kChunks 16-byte
-// slots, `stride` slots apart), expanded like load_table (pair tables: one value per pair).
-template <int kTab, int N, int kChunks>
-__device__ __forceinline__ void staged_table(const float4* slot, unsigned stride, float* out) {
-  float v[kChunks * 4];
-#pragma unroll
-  for (int h = 0; h < kChunks; ++h) {
-    const float4 f = slot[h * stride];
-    v[4 * h] = f.x;
-    v[4 * h + 1] = f.y;
-    v[4 * h + 2] = f.z;
-    v[4 * h + 3] = f.w;
-  }
-#pragma unroll
-  for (int k = 0; k < N; ++k) out[k] = v[kTab == kPairTables ? k / 2 : k];
-}
-
-// 16-byte copies one thread stages per table and cached vector (kStaged: 8-wide vectors).
-template <int kTab>
-constexpr int kStageChunks = table_span<kTab, 8>() / 4;
-
-// Dynamic shared memory of the staged form per thread: cos and sin, kCached vectors.
-template <int kTab>
-constexpr size_t kStagedBytesPerThread = 2 * kCached * kStageChunks<kTab> * 16;
-
 // kTab: how the tables are read when there are any (common/rope_tables.cuh).
 // kPrefetch (calls with tables the batch shares; see the launcher): as soon as q's and
 // k's loads are issued, the row group's lanes ask for the token's cos / sin rows in L2, a share
 // of their 128-byte lines each, so the table loads after the reduction are L2 hits instead of
 // a second DRAM round trip. The H200 medians (2026-12-06 02:54) had the prologue at 83% of
 // copy (H100 95%): its tables are half the bytes it reads.
-// kStaged (candidate, LTX_KERNELS_QK_TABLES=staged; 8-wide calls with full tables, its own kernel:
-// rmsnorm_rope_qk_staged_kernel): the table values of the cached vectors are queued by cp.async
-// into this thread's shared-memory slots before q's and k's loads, so a token's every byte is in
-// flight at once. Without it, the SASS (sm_90) loads each cached vector's tables after the
-// reduction and after the previous vector's stores: four dependent table round trips per
-// token group (~32 KB per SM in flight each on 2 blocks per SM), after the one for q and k.
-// A first staged form (169ef6a) took 132 registers (one 256-thread block per SM: +17% on the
-// H100, 04:09); this one is capped at 128 (kStagedMinBlocks). Slots are slot-major (a warp's
-// 16-byte copies consecutive) and read back by the same thread only. H100 bf16, 2026-12-06
-// 12:00 (RESULTS.md; tables then copied through L1 in every case): slower where the H100 is
-// already at 96% of copy, [B, S, D] 178.66 -> 185.60 µs, shared full tables 153.41 -> 149.28
-// (the prefetch form 148.54); the H200, where the prologue ran at 83%, is where to judge it.
-template <typename T, typename Tw, int N, bool kVec, int kTab, bool kPrefetch, bool kStaged,
-          bool kStagedL1 = false>
+// (Full tables queued into shared memory by cp.async with q's and k's loads, so their round
+// trip would not follow the reduction, lost on the H100 by 3-19% and was never timed on an
+// H200: removed 2026-12-07, benchmarks/NOTES.md 2026-12-06.)
+template <typename T, typename Tw, int N, bool kVec, int kTab, bool kPrefetch>
 __device__ __forceinline__ void qk_rows(const QkParams& p) {
-  static_assert(!kStaged || (kVec && N == 8 && kTab != kNoTables), "staged: 8-wide vectors, tables");
   __shared__ float scratch_mem[kRowScratchFloats];
   RowScratch scratch{scratch_mem};
-  extern __shared__ __align__(16) unsigned char qk_staged_mem[];
-  constexpr int kChunks = kStaged ? kStageChunks<kTab> : 1;
-  // Slot h of table t (0 cos, 1 sin) for cached vector c.
-  auto tslot = [&](int t, int c, int h) {
-    return reinterpret_cast<float4*>(qk_staged_mem) +
-           ((t * kCached + c) * kChunks + h) * static_cast<int>(blockDim.x) + threadIdx.x;
-  };
   using V = Vec<T, N>;
   const int nvec = p.cols / N;
   const RowGroup rg = row_group_pow2(p.tpr);
@@ -209,36 +165,6 @@ __device__ __forceinline__ void qk_rows(const QkParams& p) {
       }
     }
     const int64_t row = rope ? b * p.seq + s : i;
-    // The table rows: found here when staged; otherwise after the reduction, where they hold
-    // no registers across it.
-    const float* crow = nullptr;
-    const float* srow = nullptr;
-    auto find_tables = [&] {
-      if (rope) {
-        crow = p.cos + b * p.cos_b + s * p.cos_s;
-        srow = p.sin + b * p.sin_b + s * p.sin_s;
-      }
-    };
-    if constexpr (kStaged) {
-      find_tables();
-      if (rope && i < p.tokens) {
-        constexpr int kSpan = table_span<kTab, N>();
-#pragma unroll
-        for (int c = 0; c < kCached; ++c) {
-          const int j = lane + c * p.tpr;
-          if (j < nvec) {
-#pragma unroll
-            for (int h = 0; h < kChunks; ++h) {
-              // kStagedL1: through L1 (.ca), for a batch sharing its tables (read for each
-              // entry); else around it (.cg): per-batch rows are read once.
-              cp_async<16, kStagedL1>(tslot(0, c, h), crow + static_cast<int64_t>(j) * kSpan + h * 4);
-              cp_async<16, kStagedL1>(tslot(1, c, h), srow + static_cast<int64_t>(j) * kSpan + h * 4);
-            }
-          }
-        }
-      }
-      cp_async_commit();
-    }
     const T* xr[2];
     T* orow[2];
     bool live[2];
@@ -285,32 +211,19 @@ __device__ __forceinline__ void qk_rows(const QkParams& p) {
       inv[t] = rsqrtf(row_sum(ss[t], rg, scratch) * inv_cols + p.eps);
     }
 
-    if constexpr (kStaged) {
-      cp_async_wait<0>();
-    } else {
-      find_tables();
-    }
-    // One vector j of both rows: normalise, rotate with the table values read once (from
-    // cached vector cv's slots when staged, cv >= 0).
-    auto finish = [&](int j, const V& vq, const V& vk, int cv) {
+    // The table rows, found after the reduction: they hold no registers across it.
+    const float* crow = rope ? p.cos + b * p.cos_b + s * p.cos_s : nullptr;
+    const float* srow = rope ? p.sin + b * p.sin_b + s * p.sin_s : nullptr;
+    // One vector j of both rows: normalise, rotate with the table values read once.
+    auto finish = [&](int j, const V& vq, const V& vk) {
       float n[2][N];
       if (live[0]) normalise<T, Tw, N, kVec>(vq, static_cast<const Tw*>(p.w[0]), j, inv[0], n[0]);
       if (live[1]) normalise<T, Tw, N, kVec>(vk, static_cast<const Tw*>(p.w[1]), j, inv[1], n[1]);
       if constexpr (N >= 2) {
         if (rope) {  // with tables, both rows are live together
           float c[N], s[N];
-          bool from_slots = false;
-          if constexpr (kStaged) {
-            if (cv >= 0) {
-              staged_table<kTab, N, kChunks>(tslot(0, cv, 0), blockDim.x, c);
-              staged_table<kTab, N, kChunks>(tslot(1, cv, 0), blockDim.x, s);
-              from_slots = true;
-            }
-          }
-          if (!from_slots) {
-            load_table<N, kVec, kTab>(crow, j, c);
-            load_table<N, kVec, kTab>(srow, j, s);
-          }
+          load_table<N, kVec, kTab>(crow, j, c);
+          load_table<N, kVec, kTab>(srow, j, s);
           store_rotated<T, N, kVec>(n[0], c, s, orow[0] + j * N);
           store_rotated<T, N, kVec>(n[1], c, s, orow[1] + j * N);
           return;
@@ -324,46 +237,20 @@ __device__ __forceinline__ void qk_rows(const QkParams& p) {
 #pragma unroll
     for (int c = 0; c < kCached; ++c) {
       const int j = lane + c * p.tpr;
-      if ((live[0] || live[1]) && j < nvec) finish(j, cache[0][c], cache[1][c], c);
+      if ((live[0] || live[1]) && j < nvec) finish(j, cache[0][c], cache[1][c]);
     }
     for (int j = lane + kCached * p.tpr; (live[0] || live[1]) && j < nvec; j += p.tpr) {
       const V vq = live[0] ? load_n<T, N, kVec>(xr[0] + j * N) : V{};
       const V vk = live[1] ? load_n<T, N, kVec>(xr[1] + j * N) : V{};
-      finish(j, vq, vk, -1);
+      finish(j, vq, vk);
     }
   }
 }
 
 template <typename T, typename Tw, int N, bool kVec, int kTab, bool kPrefetch = false>
 __global__ void rmsnorm_rope_qk_kernel(QkParams p) {
-  qk_rows<T, Tw, N, kVec, kTab, kPrefetch, false>(p);
+  qk_rows<T, Tw, N, kVec, kTab, kPrefetch>(p);
 }
-
-// Two 256-thread blocks per SM for the staged form (at most 128 registers), 64 KB of slots
-// per block. Full tables only ([B, S, D], diffusers' layout): with pair tables (half the
-// table bytes; the prefetch form serves them when shared) the cap spilled 8 bytes (sm_90 bf16).
-// sm_100 / sm_120 spilled 14 bytes under the cap (bf16): uncapped there, so one block per SM,
-// and the launcher's check (two resident blocks) keeps those GPUs on the plain form.
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1000
-constexpr int kStagedMinBlocks = 1;
-#else
-constexpr int kStagedMinBlocks = 2;
-#endif
-
-template <typename T, typename Tw, bool kL1>
-__global__ void __launch_bounds__(kBlock, kStagedMinBlocks) rmsnorm_rope_qk_staged_kernel(QkParams p) {
-  qk_rows<T, Tw, 8, true, kFullTables, false, true, kL1>(p);
-}
-
-// Whether the staged form runs as planned on this device (common/dispatch.cuh staging_fits):
-// two blocks per SM with their slots (kBlock threads' worth, 64 KB).
-template <typename T, typename Tw, bool kL1>
-bool qk_staged_fits(int device) {
-  static int fits[64] = {};
-  return staging_fits(fits, reinterpret_cast<const void*>(rmsnorm_rope_qk_staged_kernel<T, Tw, kL1>), kBlock,
-                      kStagedMinBlocks, device, kStagedBytesPerThread<kFullTables> * kBlock);
-}
-
 
 }  // namespace
 }  // namespace ltx::cuda
@@ -454,18 +341,8 @@ void rmsnorm_rope_qk_launch(const at::Tensor& q_out2d, const at::Tensor& q2d,
   // LTX_KERNELS_QK_TABLES (read per call: an A/B switch): prefetch / plain force either form.
   const std::string_view tables_switch = ab_switch("LTX_KERNELS_QK_TABLES");
   const bool shared_tables = p.batch > 1 && p.cos_b == 0 && p.sin_b == 0;
-  const bool prefetch = rope && vec == 8 && tables_switch != "plain" && tables_switch != "staged" &&
+  const bool prefetch = rope && vec == 8 && tables_switch != "plain" &&
                         (tables_switch == "prefetch" || shared_tables);
-  // Candidate (LTX_KERNELS_QK_TABLES=staged): the kStaged kernel for 8-wide calls with full tables,
-  // where cp.async exists and two of its blocks fit per SM with their slots.
-  const bool staged = rope && vec == 8 && tables == kFullTables && tables_switch == "staged";
-  // Launches a staged kernel (blocks of at most kBlock threads, its slots per thread);
-  // the caller has checked that it fits (qk_staged_fits).
-  auto launch_staged = [&](auto kernel) {
-    launch_rows_pow2(kernel, p, tpr_wanted, kBlock, p.tokens, device, stream,
-                     kStagedBytesPerThread<kFullTables>);
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
-  };
 
   dispatch_float(x_dtype, [&](auto xt) {
     using T = typename decltype(xt)::type;
@@ -476,13 +353,6 @@ void rmsnorm_rope_qk_launch(const at::Tensor& q_out2d, const at::Tensor& q2d,
         switch (vec) {
           case 8:
             if constexpr (8 * widest <= 16) {
-              // Shared tables through L1 (the batch's entries read them), per-batch around it.
-              if (staged && shared_tables && qk_staged_fits<T, Tw, true>(device)) {
-                return launch_staged(rmsnorm_rope_qk_staged_kernel<T, Tw, true>);
-              }
-              if (staged && !shared_tables && qk_staged_fits<T, Tw, false>(device)) {
-                return launch_staged(rmsnorm_rope_qk_staged_kernel<T, Tw, false>);
-              }
               if (prefetch) {
                 return launch(rmsnorm_rope_qk_kernel<T, Tw, 8, true, kFullTables, true>,
                               rmsnorm_rope_qk_kernel<T, Tw, 8, true, kPairTables, true>);

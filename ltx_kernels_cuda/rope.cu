@@ -74,9 +74,17 @@ struct RopeParams {
 template <typename T, int U, int C>
 struct Unit {
   Vec<T, C> v[U / C];
+  // kStream: 16-byte accesses skip L1 (Vec::load_stream; data read once).
+  template <bool kStream = false>
   __device__ __forceinline__ void load(const T* p) {
 #pragma unroll
-    for (int i = 0; i < U / C; ++i) v[i] = Vec<T, C>::load(p + i * C);
+    for (int i = 0; i < U / C; ++i) {
+      if constexpr (kStream && Vec<T, C>::kBytes == 16) {
+        v[i] = Vec<T, C>::load_stream(p + i * C);
+      } else {
+        v[i] = Vec<T, C>::load(p + i * C);
+      }
+    }
   }
   __device__ __forceinline__ void store(T* p) const {
 #pragma unroll
@@ -156,10 +164,22 @@ constexpr int kLeanMinBlocks = 6;  // sm_86 / 89 / 120: 1 536
 
 // kPair (interleaved only): pair tables [B, S, D/2], value i for channels 2i and 2i+1, so a
 // unit of kUnit channels reads kUnit/2 table values (half the table bytes).
+// kStream (the default for the interleaved forward of one head with full tables, diffusers'
+// LTX call on x alone; LTX_KERNELS_ROPE_STREAM=0: never, =1: every interleaved forward): x and
+// the tables loaded without allocating in L1 (each is read once per token: the table unit is
+// held in registers for the token's heads). Why: LTX's calls trailed inductor's kernel by 1-3%
+// on the H100 (RESULTS.md 2026-12-07 10:04), and AdaLN's per-token form had gained from x
+// without L1 (2026-12-06 07:48). Measured (H100 bf16, RESULTS.md 2026-12-07 10:13-10:21,
+// medians of 3), [2, 8064, 2048] with fp32 tables: x alone, tables [B, S, D], 128.80 -> 125.22
+// µs (compile 128.35); but slower with two heads a token, q and k with those tables 168.93 ->
+// 171.20 (compile 167.97), with pair tables [B, S, D/2] 126.78 -> 130.24 (compile 124.58).
+// Why two heads lose is not known (an ncu of the pair-table call, 10:15: 0% L1 hits either way;
+// inductor at 66% occupancy, 40 registers, ours 42%, 59).
 template <typename Tx, typename Tc, int U, bool kInterleaved, bool kInverse, bool kPacked = false,
-          bool kPair = false>
+          bool kPair = false, bool kStream = false>
 __global__ void __launch_bounds__(kBlock, kPacked ? kPackedMinBlocks : kMinBlocks)
     rope_kernel(const RopeParams p) {
+  static_assert(!kStream || (kInterleaved && !kInverse), "the stream form is the interleaved forward");
   static_assert(!kPacked || (U == 8 && std::is_same_v<Tx, Tc> && !std::is_same_v<Tx, float> &&
                              !kInterleaved && !kInverse),
                 "the packed form is the rotate-half forward on 16-byte vectors of one half dtype");
@@ -229,8 +249,8 @@ __global__ void __launch_bounds__(kBlock, kPacked ? kPackedMinBlocks : kMinBlock
       if constexpr (kInterleaved) {
         const int off = j * kUnit;
         UT c, sn;
-        c.load(cr + j * kTabUnit);
-        sn.load(sr + j * kTabUnit);
+        c.template load<kStream>(cr + j * kTabUnit);
+        sn.template load<kStream>(sr + j * kTabUnit);
         // Table entry of channel i of the unit.
         auto at = [](int i) { return kPair ? i / 2 : i; };
         auto rotate = [&](UX& v) {
@@ -245,8 +265,8 @@ __global__ void __launch_bounds__(kBlock, kPacked ? kPackedMinBlocks : kMinBlock
         };
         for_heads([&](const Tx* x, Tx* o, const Tx* x2, Tx* o2, bool two) {
           UX v, w;
-          v.load(x + off);
-          if (two) w.load(x2 + off);
+          v.template load<kStream>(x + off);
+          if (two) w.template load<kStream>(x2 + off);
           rotate(v);
           v.store(o + off);
           if (two) {
@@ -592,9 +612,21 @@ void rope_rotate_launch(const at::Tensor& out0, const at::Tensor& in0, const at:
               constexpr bool kInv = decltype(inv)::value;
               if (interleaved) {
                 if constexpr (std::is_same_v<Tc, float>) {
-                  if (pair) {
+                  // kStream: the forward of one head with full tables (=1: every forward; =0: none).
+                  const std::string_view stream_switch = kInv ? "0" : ab_switch("LTX_KERNELS_ROPE_STREAM");
+                  const bool streamed = stream_switch == "1" || (stream_switch != "0" && !pair && heads == 1);
+                  if constexpr (!kInv) {
+                    if (streamed && pair) {
+                      launch_pdl(rope_kernel<Tx, Tc, U, true, false, false, true, true>, grid, kBlock, stream,
+                                 pdl, p);
+                    } else if (streamed) {
+                      launch_pdl(rope_kernel<Tx, Tc, U, true, false, false, false, true>, grid, kBlock, stream,
+                                 pdl, p);
+                    }
+                  }
+                  if (!streamed && pair) {
                     launch_pdl(rope_kernel<Tx, Tc, U, true, kInv, false, true>, grid, kBlock, stream, pdl, p);
-                  } else {
+                  } else if (!streamed) {
                     launch_pdl(rope_kernel<Tx, Tc, U, true, kInv>, grid, kBlock, stream, pdl, p);
                   }
                   C10_CUDA_KERNEL_LAUNCH_CHECK();

@@ -219,16 +219,13 @@ def test_table_path_every_half_value(monkeypatch, dtype, approximate, table):
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("approximate", APPROX)
 @pytest.mark.parametrize("form", [{}, {"LTX_KERNELS_ACT_GRID": "walk"}, {"LTX_KERNELS_ACT_GRID": "rows"},
-                                  {"LTX_KERNELS_GEGLU_PACKED": "0"},
-                                  {"LTX_KERNELS_ACT_GRID": "walk", "LTX_KERNELS_ACT_PIPELINE": "1"}],
-                         ids=["default", "walk", "block_per_row_256", "fp32_product", "pipelined"])
+                                  {"LTX_KERNELS_GEGLU_PACKED": "0"}],
+                         ids=["default", "walk", "block_per_row_256", "fp32_product"])
 def test_geglu_launch_forms(monkeypatch, dtype, approximate, form):
     """GEGLU's computed kernel (2 vectors per operand per thread) on its default grid (a
     block per row group, at most 128 threads) and the others (LTX_KERNELS_ACT_GRID=walk: 32
     blocks per SM walking down the rows, GELU's; =rows: a block per row group of up to 256),
-    with its product on packed pairs (the default) and in fp32 (LTX_KERNELS_GEGLU_PACKED=0),
-    and the walk with each thread's next row queued by cp.async before this one is computed
-    (LTX_KERNELS_ACT_PIPELINE=1, one wave of blocks: rows past the last whole step):
+    with its product on packed pairs (the default) and in fp32 (LTX_KERNELS_GEGLU_PACKED=0):
     every 16-bit gate pattern, rows whose tile column ends part-way (d = 8192 + 8, 1000),
     strided rows, a row count that is not a multiple of the grid's, both halves' orders; and
     GELU computed (no table) on the strided rows; bit-exact vs eager."""

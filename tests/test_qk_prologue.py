@@ -255,9 +255,8 @@ def test_gpu_grid_walk(monkeypatch):
 @pytest.mark.parametrize("d", [2048, 4096, 128])
 def test_gpu_tables_prefetch(monkeypatch, dtype, d):
     """The form that asks for the token's table rows in L2 before the reduction
-    (LTX_KERNELS_QK_TABLES=prefetch; the default for tables the batch shares) and the one that
-    stages full tables in shared memory (=staged, a candidate; other tables take the plain
-    form) give the plain form's bits (LTX_KERNELS_QK_TABLES=plain) for every table form:
+    (LTX_KERNELS_QK_TABLES=prefetch; the default for tables the batch shares) gives the plain
+    form's bits (LTX_KERNELS_QK_TABLES=plain) for every table form:
     [B, S, D] full tables, a stride-0 batch, [S, D], pair tables [B, S, D/2], and table rows
     that start 16 bytes past a 128-byte line (its last line prefetched too); the default with
     the token split by the 64-bit division (LTX_KERNELS_QK_SPLIT=divide); and eager's result
@@ -278,10 +277,10 @@ def test_gpu_tables_prefetch(monkeypatch, dtype, d):
              "offset rows": (wide[..., 4:], fs)}
     for name, (c, s) in forms.items():
         outs = []
-        for switch in ("plain", "prefetch", "", "staged"):  # "": the default's choice
+        for switch in ("plain", "prefetch", ""):  # "": the default's choice
             monkeypatch.setenv("LTX_KERNELS_QK_TABLES", switch)
             outs.append(kernel.rmsnorm_rope_qk(q, k, nq.weight, nk.weight, c, s, 1e-5))
-        (dq, dk), (pq, pk), (fq, fk), (sq, sk) = outs
+        (dq, dk), (pq, pk), (fq, fk) = outs
         # the token split by the 64-bit division (LTX_KERNELS_QK_SPLIT=divide) instead of DivU32's multiply
         monkeypatch.setenv("LTX_KERNELS_QK_TABLES", "")
         monkeypatch.setenv("LTX_KERNELS_QK_SPLIT", "divide")
@@ -290,41 +289,10 @@ def test_gpu_tables_prefetch(monkeypatch, dtype, d):
         assert torch.equal(vq, fq) and torch.equal(vk, fk), f"{name}: divided token split differs from DivU32's"
         assert torch.equal(dq, pq) and torch.equal(dk, pk), f"{name}: prefetch form differs from the plain one"
         assert torch.equal(dq, fq) and torch.equal(dk, fk), f"{name}: the default differs from the plain form"
-        assert torch.equal(dq, sq) and torch.equal(dk, sk), f"{name}: staged form differs from the plain one"
         if name == "full":
             rq, rk = eager(q, k, nq, nk, c, s)
             assert_matches_eager(pq, rq, "q")
             assert_matches_eager(pk, rk, "k")
-
-
-@requires_gpu
-@pytest.mark.parametrize("dtype", DTYPES)
-def test_gpu_tables_staged_walk_and_tail(monkeypatch, dtype):
-    """The staged-tables candidate (LTX_KERNELS_QK_TABLES=staged) where its slots are reused:
-    blocks walking several token groups (LTX_KERNELS_GRID=walk: the same bits as a block per
-    group), and rows longer than its 256-thread block caches (D = 16384: the tail vectors
-    re-read, their tables from memory). The plain form's bits at D = 2048 (the same row
-    split); at D = 16384 the plain kernel's rows take 512 threads, a different summation
-    order, so there both are held to eager's result instead."""
-    dev = "cuda"
-    for d, batch, seq in [(2048, 2, 40000), (16384, 2, 37)]:
-        q = torch.randn(batch, seq, d, device=dev).to(dtype)
-        k = torch.randn(batch, seq, d, device=dev).mul(2).to(dtype)
-        nq, nk = norms(d, dtype, dtype, dev)
-        angle = torch.randn(batch, seq, d // 2, device=dev).mul(10)
-        c, s = angle.cos().repeat_interleave(2, -1), angle.sin().repeat_interleave(2, -1)
-        outs = []
-        for switch, grid in (("plain", ""), ("staged", "walk"), ("staged", "")):
-            monkeypatch.setenv("LTX_KERNELS_QK_TABLES", switch)
-            monkeypatch.setenv("LTX_KERNELS_GRID", grid)
-            outs.append(kernel.rmsnorm_rope_qk(q, k, nq.weight, nk.weight, c, s, 1e-5))
-        (pq, pk), (wq, wk), (sq, sk) = outs
-        assert torch.equal(wq, sq) and torch.equal(wk, sk), f"D={d}, staged: walking differs from a block per group"
-        if d == 2048:
-            assert torch.equal(pq, sq) and torch.equal(pk, sk), f"D={d}: staged differs from plain"
-        rq, rk = eager(q, k, nq, nk, c, s)
-        assert_matches_eager(sq, rq, "q")
-        assert_matches_eager(sk, rk, "k")
 
 
 @requires_gpu

@@ -829,9 +829,11 @@ LOOP = {"LTX_KERNELS_ROPE_LEAN": "0"}
                                  {**LOOP, "LTX_KERNELS_ROPE_WIDE_SLOTS": "1"},
                                  {**LOOP, "LTX_KERNELS_ROPE_WIDE_SLOTS": "4"},
                                  {**LOOP, "LTX_KERNELS_GRID": "walk"}, {**LOOP, "LTX_KERNELS_ROPE_SLOTS": "0"},
-                                 {**LOOP, "LTX_KERNELS_ROPE_WIDE_SLOTS": "all"}],
+                                 {**LOOP, "LTX_KERNELS_ROPE_WIDE_SLOTS": "all"},
+                                 {"LTX_KERNELS_ROPE_STREAM": "0"}, {"LTX_KERNELS_ROPE_STREAM": "1"}],
                          ids=["pdl", "no_pdl", "loop_kernel", "loop_kernel_no_pdl", "no_wide_slots",
-                              "wide_slots_1", "wide_slots_4", "grid_walk", "no_slots_fit", "wide_slots_all"])
+                              "wide_slots_1", "wide_slots_4", "grid_walk", "no_slots_fit", "wide_slots_all",
+                              "interleaved_through_l1", "interleaved_stream_all"])
 def test_pdl_launch_real_shapes(monkeypatch, env):
     """Llama-style calls on rope_half_lean_kernel (the default: one thread per (token, head,
     unit)) with programmatic dependent launch (the default on sm_90+) and without it
@@ -844,8 +846,10 @@ def test_pdl_launch_real_shapes(monkeypatch, env):
     without the slot count that fills every pass of head pairs in calls of many tokens
     (LTX_KERNELS_ROPE_SLOTS=0; by default Llama's 32 + 8 heads take 4 slots instead of 8, an
     odd 5 + 3 heads 4 instead of 8 from ~1000 tokens), and with the wide slots at any token
-    count (=all): the RoPE kernels give the same results in both layouts, decode-sized and
-    large, out of place and in place."""
+    count (=all); the interleaved calls with every load through L1 (LTX_KERNELS_ROPE_STREAM=0;
+    by default one head with full tables skips it) and with every forward skipping it (=1): the
+    RoPE kernels give the same results in both layouts, decode-sized and large, out of place
+    and in place."""
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     test_llama_real_shape(torch.bfloat16)
@@ -865,6 +869,12 @@ def test_pdl_launch_real_shapes(monkeypatch, env):
     x = torch.randn(2, 1152, 4096, device="cuda", dtype=torch.bfloat16)
     c, s = torch.randn(1152, 4096, device="cuda"), torch.randn(1152, 4096, device="cuda")
     assert torch.equal(kernel.rope_interleaved(x, c, s), diffusers_ref_any(x, c, s))
+    # q and k with pair tables [B, S, D/2] (LTX's pair form)
+    y = torch.randn_like(x)
+    cp, sp = torch.randn(2, 1152, 2048, device="cuda"), torch.randn(2, 1152, 2048, device="cuda")
+    ox, oy = kernel.rope_interleaved_qk(x, y, cp, sp)
+    cf, sf = cp.repeat_interleave(2, -1), sp.repeat_interleave(2, -1)
+    assert torch.equal(ox, diffusers_ref_any(x, cf, sf)) and torch.equal(oy, diffusers_ref_any(y, cf, sf))
 
 
 @requires_gpu

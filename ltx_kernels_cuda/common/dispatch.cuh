@@ -179,23 +179,14 @@ inline int resident_blocks(const void* kernel, int block, size_t smem, int devic
   });
 }
 
-// Whether a kernel that stages operands in shared memory with cp.async runs as planned on
-// `device`: cp.async (sm_80+) and at least `min_blocks` of its `block`-thread blocks resident
-// per SM (static shared memory included, plus `smem` dynamic bytes per block; over 48 KB of
-// those is opt-in, so the kernel is opted in here, on this device, before it is asked).
-// Answered once per device into the caller's `cache` (one per kernel instantiation): a plain
-// array read on every launch, not the occupancy memo's lock and map.
-inline bool staging_fits(int (&cache)[64], const void* kernel, int block, int min_blocks,
-                         int device, size_t smem = 0) {
+// Whether a kernel that stages operands in its static shared memory with cp.async runs as
+// planned on `device`: cp.async (sm_80+) and at least `min_blocks` of its `block`-thread
+// blocks resident per SM. Answered once per device into the caller's `cache` (one per kernel
+// instantiation): a plain array read on every launch, not the occupancy memo's lock and map.
+inline bool staging_fits(int (&cache)[64], const void* kernel, int block, int min_blocks, int device) {
   return per_device(cache, device, 2, [&] {
     if (cc_major(device) < 8) return 2;
-    if (smem > 48 * 1024 &&
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)) !=
-            cudaSuccess) {
-      (void)cudaGetLastError();  // more than this GPU has: the caller keeps its other form
-      return 2;
-    }
-    return resident_blocks(kernel, block, smem, device) >= min_blocks ? 1 : 2;
+    return resident_blocks(kernel, block, 0, device) >= min_blocks ? 1 : 2;
   }) == 1;
 }
 

@@ -51,16 +51,15 @@ void launch_rows(void (*kernel)(Params), const Params& p, int block, int64_t gro
 // the q/k prologue, the norm backward kernels): p.tpr = tpr_wanted, halved while above the
 // compiled kernel's thread limit (registers decide it); blocks of max(tpr, min_block)
 // threads within that limit, row groups of tpr threads over `rows` rows, a block per row
-// group (grid_cap). smem_per_thread: dynamic shared memory per thread of the block (the
-// caller has opted the kernel in where a block's share exceeds 48 KB).
+// group (grid_cap).
 template <typename Params>
 void launch_rows_pow2(void (*kernel)(Params), Params& p, int tpr_wanted, int min_block,
-                      int64_t rows, int device, cudaStream_t stream, size_t smem_per_thread = 0) {
+                      int64_t rows, int device, cudaStream_t stream) {
   const int limit = max_block_threads(reinterpret_cast<const void*>(kernel), device);
   p.tpr = tpr_wanted;
   while (p.tpr > limit) p.tpr /= 2;  // any power of two is correct
   const int block = std::min(std::max(p.tpr, min_block), limit) / p.tpr * p.tpr;
-  kernel<<<row_grid(rows, block / p.tpr, 64, device), block, smem_per_thread * block, stream>>>(p);
+  kernel<<<row_grid(rows, block / p.tpr, 64, device), block, 0, stream>>>(p);
 }
 
 }  // namespace ltx::cuda
