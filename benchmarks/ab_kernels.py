@@ -56,7 +56,9 @@ that fills every pass of head pairs (Llama's 32 + 8 heads: 8 slots instead of 4;
 `--op rope_small`); LTX_KERNELS_ROPE_ORDER=position walks RoPE's tokens position-major instead
 of batch-major (`--op rope`); LTX_KERNELS_ROPE_STREAM=0 loads the interleaved forward's x and
 tables through L1 (by default one head with full tables skips it), =1 has every interleaved
-forward skip it (`--op rope`); `--op qk` times LTX's q/k prologue (LTX_KERNELS_QK_TABLES=prefetch / plain
+forward skip it (`--op rope`); LTX_KERNELS_ROPE_INTERLEAVED_LEAN=1 (candidate) gives the
+interleaved forward of one or two heads a thread per (token, unit) instead of the token walk
+(`--op rope`); `--op qk` times LTX's q/k prologue (LTX_KERNELS_QK_TABLES=prefetch / plain
 force asking for each token's table rows in L2 before the reduction, the default only for
 tables the batch shares; its rows stay position-major: batch-major lost 9-17% on the H100,
 2026-12-06).
@@ -163,6 +165,14 @@ VARIANTS = {
         # default since 2026-12-07 10:20: rope_ltx); =0 for none, =1 for every forward
         "ours (interleaved, loads through L1)": {"LTX_KERNELS_ROPE_STREAM": "0"},
         "ours (interleaved, every forward skips L1)": {"LTX_KERNELS_ROPE_STREAM": "1"},
+        # candidate: LTX's calls (1-2 heads) on rope_interleaved_lean_kernel, a thread per
+        # (token, unit), instead of rope_kernel's token walk; with and without every load
+        # skipping L1
+        "ours (interleaved lean kernel)": {"LTX_KERNELS_ROPE_INTERLEAVED_LEAN": "1"},
+        "ours (interleaved lean kernel, every load skips L1)": {"LTX_KERNELS_ROPE_INTERLEAVED_LEAN": "1",
+                                                                 "LTX_KERNELS_ROPE_STREAM": "1"},
+        "ours (interleaved lean kernel, loads through L1)": {"LTX_KERNELS_ROPE_INTERLEAVED_LEAN": "1",
+                                                             "LTX_KERNELS_ROPE_STREAM": "0"},
     },
     "qk": {
         "ours": {},

@@ -80,6 +80,15 @@ LLAMA_ROW_SETS = {
 }
 
 
+def launch_each(fns, label):
+    """Each kernel launch twice (the profile reads them in this order), then wait."""
+    for fn in fns:
+        for _ in range(2):
+            fn()
+    torch.cuda.synchronize()
+    print(f"launched {label}", flush=True)
+
+
 def launch_llama_rows(k, args, op, shapes):
     """Ours, Liger's and (with --compile) inductor's kernel for each shape, so their counters
     (instructions, stall reasons, L1 / L2 hit rates) can be read side by side."""
@@ -95,11 +104,7 @@ def launch_llama_rows(k, args, op, shapes):
                 fns.append(lambda: liger_rms(x, w, 1e-6, 0.0, "llama", False))
             if args.compile:
                 fns.append(torch.compile(lambda: bench_ops.ref_rms_llama(x, w, 1e-6), dynamic=False))
-            for fn in fns:
-                for _ in range(2):
-                    fn()
-            torch.cuda.synchronize()
-            print(f"launched {op} {shape} {dt_name}", flush=True)
+            launch_each(fns, f"{op} {shape} {dt_name}")
 
 
 def launch_rope_llama(k, args):
@@ -124,11 +129,7 @@ def launch_rope_llama(k, args):
                 fns.append(lambda: liger_rope(qi, ki, cos, sin))
             if args.compile:
                 fns.append(torch.compile(lambda: bench_ops.ref_rope_llama(q, kk, cos, sin), dynamic=False))
-            for fn in fns:
-                for _ in range(2):
-                    fn()
-            torch.cuda.synchronize()
-            print(f"launched rope_llama q{hq}x{seq}x{dh},k{hk} {dt_name}", flush=True)
+            launch_each(fns, f"rope_llama q{hq}x{seq}x{dh},k{hk} {dt_name}")
 
 
 def launch_rope_ltx_qk_pair(k, args):
@@ -143,11 +144,7 @@ def launch_rope_ltx_qk_pair(k, args):
         fns = [lambda: k.rope_interleaved_qk(q, kk, cos, sin)]
         if args.compile:
             fns.append(torch.compile(lambda: bench_ops.ref_rope_ltx_qk_pair(q, kk, cos, sin), dynamic=False))
-        for fn in fns:
-            for _ in range(2):
-                fn()
-        torch.cuda.synchronize()
-        print(f"launched rope_ltx_qk_pair {dt_name}", flush=True)
+        launch_each(fns, f"rope_ltx_qk_pair {dt_name}")
 
 
 if __name__ == "__main__":

@@ -12,7 +12,8 @@
 // (the backward, rope_backward.h): dx_a = g_a c_a + g_b s_b, dx_b = g_b c_b - g_a s_a,
 // always in fp32 with one rounding. Llama-style calls (rotate-half forward, half-dtype x and
 // tables, no pass-through channels) take rope_half_lean_kernel instead: a thread per
-// (token, head, unit), no table reuse in registers (the tables are L1 / L2 hits).
+// (token, head, unit), no table reuse in registers (the tables are L1 / L2 hits); a candidate,
+// rope_interleaved_lean_kernel, does the same for the interleaved forward of 1-2 heads.
 #include <algorithm>
 #include <numeric>
 #include <type_traits>
@@ -136,6 +137,20 @@ __device__ __forceinline__ void rotate_pair(float& xa, float& xb, float ca, floa
   }
 }
 
+// One interleaved unit in place: pairs (2i, 2i+1) of v rotated with table units c / sn, whose
+// entry for channel i is i (full tables) or i / 2 (kPair: one value per pair).
+template <typename Tx, int kUnit, bool kStep, bool kInverse, bool kPair, typename UX, typename UT>
+__device__ __forceinline__ void rotate_interleaved_unit(UX& v, const UT& c, const UT& sn) {
+  auto at = [](int i) { return kPair ? i / 2 : i; };
+#pragma unroll
+  for (int i = 0; i < kUnit; i += 2) {
+    float x0 = v.get(i), x1 = v.get(i + 1);
+    rotate_pair<Tx, kStep, kInverse>(x0, x1, c.get(at(i)), sn.get(at(i)), c.get(at(i + 1)), sn.get(at(i + 1)));
+    v.set(i, x0);
+    v.set(i + 1, x1);
+  }
+}
+
 // kPacked (rotate-half forward only, Tx = Tc a half dtype, U = 8: the Llama call with
 // cos/sin in the model's dtype): the rotation as packed pair ops on whole 16-byte
 // vectors, x_a c_a - x_b s_a and x_b c_b + x_a s_b with each product and the sum rounded
@@ -251,18 +266,7 @@ __global__ void __launch_bounds__(kBlock, kPacked ? kPackedMinBlocks : kMinBlock
         UT c, sn;
         c.template load<kStream>(cr + j * kTabUnit);
         sn.template load<kStream>(sr + j * kTabUnit);
-        // Table entry of channel i of the unit.
-        auto at = [](int i) { return kPair ? i / 2 : i; };
-        auto rotate = [&](UX& v) {
-#pragma unroll
-          for (int i = 0; i < kUnit; i += 2) {
-            float x0 = v.get(i), x1 = v.get(i + 1);
-            rotate_pair<Tx, kStep, kInverse>(x0, x1, c.get(at(i)), sn.get(at(i)),
-                                             c.get(at(i + 1)), sn.get(at(i + 1)));
-            v.set(i, x0);
-            v.set(i + 1, x1);
-          }
-        };
+        auto rotate = [&](UX& v) { rotate_interleaved_unit<Tx, kUnit, kStep, kInverse, kPair>(v, c, sn); };
         for_heads([&](const Tx* x, Tx* o, const Tx* x2, Tx* o2, bool two) {
           UX v, w;
           v.template load<kStream>(x + off);
@@ -407,6 +411,69 @@ __global__ void __launch_bounds__(kBlock, kLeanMinBlocks)
   // L1 / L2 hits after a token's first head; a and z come from DRAM.
   sub_rn(mul_rn(a, V::load(cr + lo)), mul_rn(z, V::load(sr + lo))).store(o + lo);
   add_rn(mul_rn(z, V::load(cr + hi)), mul_rn(a, V::load(sr + hi))).store(o + hi);
+}
+
+// rope_interleaved_lean_kernel (candidate, LTX_KERNELS_ROPE_INTERLEAVED_LEAN=1; not yet run on a
+// GPU): the interleaved forward (fp32 tables, 16-byte units of a half dtype) as the Llama lean
+// kernel above: one thread per (token, unit) for the token's one or two heads (LTX: q and k, or
+// x alone), both heads' loads before either store, no token walk. The flat index is split by
+// DivU32s into (token, unit) and the token into rope_kernel's (outer, inner) walk indices, so
+// tokens stay batch-major. Why: at LTX's q/k calls inductor's kernel (one 1024-element program
+// per 128 threads) is 0.6% (full tables) / 1.8% (pair tables) ahead on the H100 (RESULTS.md
+// 2026-12-07 10:17); Nsight Compute (10:15, pair tables) has rope_kernel at 59 registers, 42%
+// achieved occupancy and 48.1M instructions against inductor's 40, 66% and 37.5M: the token
+// walk's state and division. `items` = tokens x units < 2^32 - kBlock (the launcher checks).
+struct InterleavedSplit {
+  DivU32 by_units, by_inner;  // (token, unit) of an item; (outer, inner) walk indices of a token
+  uint32_t units, inner, items;
+};
+
+// 1 536 threads per SM (<= 40 registers) where the SM has them, sm_75's 1 024 there.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+constexpr int kInterleavedLeanMinBlocks = 4;
+#else
+constexpr int kInterleavedLeanMinBlocks = 6;
+#endif
+
+template <typename Tx, bool kPair, bool kStream>
+__global__ void __launch_bounds__(kBlock, kInterleavedLeanMinBlocks)
+    rope_interleaved_lean_kernel(const RopeParams p, const InterleavedSplit q) {
+  static_assert(sizeof(Tx) == 2, "16-byte units of a half dtype");
+  constexpr int kUnit = 8;
+  constexpr int kTabUnit = kPair ? kUnit / 2 : kUnit;
+  using UX = Unit<Tx, kUnit, kUnit>;
+  using UT = Unit<float, kTabUnit, 4>;
+  pdl_wait();
+  pdl_launch_dependents();
+  const uint32_t i = blockIdx.x * kBlock + threadIdx.x;
+  if (i >= q.items) return;
+  const uint32_t t = div_by(q.by_units, q.units, i);
+  const uint32_t s = div_by(q.by_inner, q.inner, t);  // outer index (p.seq's dim)
+  const int64_t b = t - s * q.inner;                   // inner index (p.batch's dim)
+  const int j = static_cast<int>(i - t * q.units);
+  const int off = j * kUnit;
+  UT c, sn;
+  c.template load<kStream>(static_cast<const float*>(p.cos) + b * p.cos_b + s * p.cos_s + j * kTabUnit);
+  sn.template load<kStream>(static_cast<const float*>(p.sin) + b * p.sin_b + s * p.sin_s + j * kTabUnit);
+  // One or two heads (the launcher checks): side 0's first, then side 0's second or side 1's.
+  const RopeSide& A = p.side[0];
+  const RopeSide& B = p.side[1];
+  const bool two = A.heads + B.heads == 2;
+  const bool both_a = A.heads == 2;
+  const int64_t off_a = b * A.in_b + s * A.in_s + off;
+  UX v, w;
+  v.template load<kStream>(static_cast<const Tx*>(A.in) + off_a);
+  if (two) {
+    w.template load<kStream>(both_a ? static_cast<const Tx*>(A.in) + off_a + A.in_h
+                                    : static_cast<const Tx*>(B.in) + b * B.in_b + s * B.in_s + off);
+  }
+  rotate_interleaved_unit<Tx, kUnit, false, false, kPair>(v, c, sn);
+  v.store(static_cast<Tx*>(A.out) + b * A.out_b + s * A.out_s + off);
+  if (two) {
+    rotate_interleaved_unit<Tx, kUnit, false, false, kPair>(w, c, sn);
+    w.store(both_a ? static_cast<Tx*>(A.out) + b * A.out_b + s * A.out_s + A.out_h + off
+                   : static_cast<Tx*>(B.out) + b * B.out_b + s * B.out_s + off);
+  }
 }
 
 // Stride of dim d, 0 where the dim has size 1 (it is never stepped).
@@ -597,6 +664,13 @@ void rope_rotate_launch(const at::Tensor& out0, const at::Tensor& in0, const at:
     lean_split.by_heads = DivU32(lean_split.heads);
     lean_split.by_batch = DivU32(lean_split.batch);
   }
+  // rope_interleaved_lean_kernel (candidate): forward interleaved calls of one or two heads and
+  // 16-byte units whose (token, unit) index fits 32 bits (the switch read only for calls it could take).
+  const int64_t interleaved_items = tokens * p.rot_items;
+  const bool interleaved_lean = interleaved && !inverse && u == 8 &&
+                                heads <= 2 && interleaved_items <= (int64_t{1} << 32) - kBlock &&
+                                p.batch <= (int64_t{1} << 31) && p.rot_items >= 1 &&
+                                ab_switch("LTX_KERNELS_ROPE_INTERLEAVED_LEAN") == "1";
   p.step_s = step / p.batch;
   p.step_b = step % p.batch;
 
@@ -615,6 +689,27 @@ void rope_rotate_launch(const at::Tensor& out0, const at::Tensor& in0, const at:
                   // kStream: the forward of one head with full tables (=1: every forward; =0: none).
                   const std::string_view stream_switch = kInv ? "0" : ab_switch("LTX_KERNELS_ROPE_STREAM");
                   const bool streamed = stream_switch == "1" || (stream_switch != "0" && !pair && heads == 1);
+                  if constexpr (!kInv && U == 8 && sizeof(Tx) == 2) {
+                    if (interleaved_lean) {  // candidate: rope_interleaved_lean_kernel
+                      const InterleavedSplit split{DivU32(static_cast<uint32_t>(p.rot_items)),
+                                                   DivU32(static_cast<uint32_t>(p.batch)),
+                                                   static_cast<uint32_t>(p.rot_items),
+                                                   static_cast<uint32_t>(p.batch),
+                                                   static_cast<uint32_t>(interleaved_items)};
+                      const auto lean_grid = static_cast<unsigned>(ceil_div(interleaved_items, kBlock));
+                      if (pair) {
+                        launch_pdl(streamed ? rope_interleaved_lean_kernel<Tx, true, true>
+                                            : rope_interleaved_lean_kernel<Tx, true, false>,
+                                   lean_grid, kBlock, stream, pdl, p, split);
+                      } else {
+                        launch_pdl(streamed ? rope_interleaved_lean_kernel<Tx, false, true>
+                                            : rope_interleaved_lean_kernel<Tx, false, false>,
+                                   lean_grid, kBlock, stream, pdl, p, split);
+                      }
+                      C10_CUDA_KERNEL_LAUNCH_CHECK();
+                      return;
+                    }
+                  }
                   if constexpr (!kInv) {
                     if (streamed && pair) {
                       launch_pdl(rope_kernel<Tx, Tc, U, true, false, false, true, true>, grid, kBlock, stream,
