@@ -669,8 +669,16 @@ void rope_rotate_launch(const at::Tensor& out0, const at::Tensor& in0, const at:
   const int64_t interleaved_items = tokens * p.rot_items;
   const bool interleaved_lean = interleaved && !inverse && u == 8 &&
                                 heads <= 2 && interleaved_items <= (int64_t{1} << 32) - kBlock &&
-                                p.batch <= (int64_t{1} << 31) && p.rot_items >= 1 &&
+                                p.batch <= (int64_t{1} << 31) &&
                                 ab_switch("LTX_KERNELS_ROPE_INTERLEAVED_LEAN") == "1";
+  InterleavedSplit interleaved_split{};
+  if (interleaved_lean) {
+    interleaved_split.units = static_cast<uint32_t>(p.rot_items);
+    interleaved_split.inner = static_cast<uint32_t>(p.batch);
+    interleaved_split.items = static_cast<uint32_t>(interleaved_items);
+    interleaved_split.by_units = DivU32(interleaved_split.units);
+    interleaved_split.by_inner = DivU32(interleaved_split.inner);
+  }
   p.step_s = step / p.batch;
   p.step_b = step % p.batch;
 
@@ -687,42 +695,35 @@ void rope_rotate_launch(const at::Tensor& out0, const at::Tensor& in0, const at:
               if (interleaved) {
                 if constexpr (std::is_same_v<Tc, float>) {
                   // kStream: the forward of one head with full tables (=1: every forward; =0: none).
-                  const std::string_view stream_switch = kInv ? "0" : ab_switch("LTX_KERNELS_ROPE_STREAM");
-                  const bool streamed = stream_switch == "1" || (stream_switch != "0" && !pair && heads == 1);
-                  if constexpr (!kInv && U == 8 && sizeof(Tx) == 2) {
-                    if (interleaved_lean) {  // candidate: rope_interleaved_lean_kernel
-                      const InterleavedSplit split{DivU32(static_cast<uint32_t>(p.rot_items)),
-                                                   DivU32(static_cast<uint32_t>(p.batch)),
-                                                   static_cast<uint32_t>(p.rot_items),
-                                                   static_cast<uint32_t>(p.batch),
-                                                   static_cast<uint32_t>(interleaved_items)};
-                      const auto lean_grid = static_cast<unsigned>(ceil_div(interleaved_items, kBlock));
-                      if (pair) {
-                        launch_pdl(streamed ? rope_interleaved_lean_kernel<Tx, true, true>
-                                            : rope_interleaved_lean_kernel<Tx, true, false>,
-                                   lean_grid, kBlock, stream, pdl, p, split);
-                      } else {
-                        launch_pdl(streamed ? rope_interleaved_lean_kernel<Tx, false, true>
-                                            : rope_interleaved_lean_kernel<Tx, false, false>,
-                                   lean_grid, kBlock, stream, pdl, p, split);
-                      }
-                      C10_CUDA_KERNEL_LAUNCH_CHECK();
-                      return;
-                    }
-                  }
+                  bool streamed = false;
                   if constexpr (!kInv) {
-                    if (streamed && pair) {
-                      launch_pdl(rope_kernel<Tx, Tc, U, true, false, false, true, true>, grid, kBlock, stream,
-                                 pdl, p);
-                    } else if (streamed) {
-                      launch_pdl(rope_kernel<Tx, Tc, U, true, false, false, false, true>, grid, kBlock, stream,
-                                 pdl, p);
-                    }
+                    const std::string_view stream_switch = ab_switch("LTX_KERNELS_ROPE_STREAM");
+                    streamed = stream_switch == "1" || (stream_switch != "0" && !pair && heads == 1);
                   }
-                  if (!streamed && pair) {
-                    launch_pdl(rope_kernel<Tx, Tc, U, true, kInv, false, true>, grid, kBlock, stream, pdl, p);
-                  } else if (!streamed) {
-                    launch_pdl(rope_kernel<Tx, Tc, U, true, kInv>, grid, kBlock, stream, pdl, p);
+                  // rope_kernel's (or the candidate's) instantiation for the table form and kStream.
+                  auto launch_interleaved = [&](auto streamed_tag) {
+                    constexpr bool kS = decltype(streamed_tag)::value;
+                    if constexpr (!kInv && U == 8 && sizeof(Tx) == 2) {
+                      if (interleaved_lean) {  // candidate: rope_interleaved_lean_kernel
+                        const auto lean_grid = static_cast<unsigned>(ceil_div(interleaved_split.items, kBlock));
+                        launch_pdl(pair ? rope_interleaved_lean_kernel<Tx, true, kS>
+                                        : rope_interleaved_lean_kernel<Tx, false, kS>,
+                                   lean_grid, kBlock, stream, pdl, p, interleaved_split);
+                        return;
+                      }
+                    }
+                    launch_pdl(pair ? rope_kernel<Tx, Tc, U, true, kInv, false, true, kS>
+                                    : rope_kernel<Tx, Tc, U, true, kInv, false, false, kS>,
+                               grid, kBlock, stream, pdl, p);
+                  };
+                  if constexpr (!kInv) {
+                    if (streamed) {
+                      launch_interleaved(std::true_type{});
+                    } else {
+                      launch_interleaved(std::false_type{});
+                    }
+                  } else {
+                    launch_interleaved(std::false_type{});
                   }
                   C10_CUDA_KERNEL_LAUNCH_CHECK();
                 } else {

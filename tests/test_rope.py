@@ -767,6 +767,16 @@ def test_ltx_real_shape():
     assert torch.equal(kernel.rope_interleaved(x, cos13, sin13), diffusers_ltx_apply(x, cos13, sin13))
 
 
+def interleaved_forms_on_gpu():
+    """The interleaved table-form, broadcast and layout tests on the GPU, for tests that run them
+    under a kernel switch."""
+    for dtype, d, tables in itertools.product(DTYPES, [2, 6, 10, 64, 128, 2048],
+                                              ["SD", "BSD", "B1D", "expanded", "offset1", "strided"]):
+        test_interleaved_pair_tables_equal_full_tables("cuda", dtype, d, tables)
+    test_interleaved_table_broadcasts("cuda")
+    test_interleaved_layouts("cuda")
+
+
 @requires_gpu
 def test_position_major_walk(monkeypatch):
     """LTX_KERNELS_ROPE_ORDER=position (tokens position-major, the walk before batch-major
@@ -793,11 +803,7 @@ def test_position_major_walk(monkeypatch):
         assert torch.equal(got[0], diffusers_ltx_apply(q, cf, sf))
         assert torch.equal(got[1], diffusers_ltx_apply(k, cf, sf))
     monkeypatch.setenv("LTX_KERNELS_ROPE_ORDER", "position")
-    for dtype, d, tables in itertools.product(DTYPES, [2, 6, 10, 64, 128, 2048],
-                                              ["SD", "BSD", "B1D", "expanded", "offset1", "strided"]):
-        test_interleaved_pair_tables_equal_full_tables("cuda", dtype, d, tables)
-    test_interleaved_table_broadcasts("cuda")
-    test_interleaved_layouts("cuda")
+    interleaved_forms_on_gpu()
     test_interleaved_in_place("cuda", torch.bfloat16)
     for dtype, u in itertools.product(DTYPES, [1, 2]):
         test_rotate_half_shared_and_expanded_tables("cuda", dtype)
@@ -823,12 +829,14 @@ def test_interleaved_lean_candidate(monkeypatch, stream):
         tabs = [t[:1].expand(2, -1, -1) if shared else t for t in (c, sn, cf, sf)]
         q = torch.randn(2, 8064, 2048, device="cuda", dtype=dtype)
         k = torch.randn_like(q)
+        def calls():  # q/k with pair tables, q/k with full tables, x alone with full tables
+            return (kernel.rope_interleaved_qk(q, k, tabs[0], tabs[1]) + kernel.rope_interleaved_qk(q, k, tabs[2], tabs[3])
+                    + (kernel.rope_interleaved(q, tabs[2], tabs[3]),))
+
         monkeypatch.delenv("LTX_KERNELS_ROPE_INTERLEAVED_LEAN", raising=False)
-        want = (kernel.rope_interleaved_qk(q, k, tabs[0], tabs[1]) + kernel.rope_interleaved_qk(q, k, tabs[2], tabs[3])
-                + (kernel.rope_interleaved(q, tabs[2], tabs[3]),))
+        want = calls()
         monkeypatch.setenv("LTX_KERNELS_ROPE_INTERLEAVED_LEAN", "1")
-        got = (kernel.rope_interleaved_qk(q, k, tabs[0], tabs[1]) + kernel.rope_interleaved_qk(q, k, tabs[2], tabs[3])
-               + (kernel.rope_interleaved(q, tabs[2], tabs[3]),))
+        got = calls()
         for g, w in zip(got, want):
             assert torch.equal(g, w), (dtype, shared)
         assert torch.equal(got[0], diffusers_ltx_apply(q, tabs[2], tabs[3]))
@@ -836,9 +844,7 @@ def test_interleaved_lean_candidate(monkeypatch, stream):
         qi, ki = q.clone(), k.clone()
         kernel.rope_interleaved_qk(qi, ki, tabs[0], tabs[1], inplace=True)
         assert torch.equal(qi, got[0]) and torch.equal(ki, got[1]), ("in place", dtype, shared)
-    for dtype, d, tables in itertools.product(DTYPES, [2, 6, 10, 64, 128, 2048],
-                                              ["SD", "BSD", "B1D", "expanded", "offset1", "strided"]):
-        test_interleaved_pair_tables_equal_full_tables("cuda", dtype, d, tables)
+    interleaved_forms_on_gpu()
     for dtype in DTYPES:
         for dim, scale in itertools.product([2048, 96, 100, 130, 64], [None, (8 / 25, 32, 32)]):
             test_interleaved_matches_ltx("cuda", dim, dtype, scale)
@@ -850,8 +856,6 @@ def test_interleaved_lean_candidate(monkeypatch, stream):
         test_interleaved_in_place("cuda", dtype)
     for lead in [(6,), (2, 5), (2, 3, 4)]:
         test_interleaved_fused_projection_slices("cuda", lead)
-    test_interleaved_table_broadcasts("cuda")
-    test_interleaved_layouts("cuda")
 
 
 @requires_gpu

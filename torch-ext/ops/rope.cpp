@@ -87,13 +87,19 @@ void finish(const Operand& o) {
 
 // ---- interleaved (LTX-Video) ------------------------------------------------------
 
-// [B, S, 1, D] view of x = [..., S, D] when its last dim is contiguous and the dims
-// before S collapse; nullopt otherwise.
-std::optional<at::Tensor> seq_view(const at::Tensor& x) {
+// The batch stride of seq_view(x) (x = [..., S, D] with its last dim contiguous and the dims
+// before S collapsing), nullopt where there is none: the view's condition, asked without
+// building it.
+std::optional<int64_t> seq_batch_stride(const at::Tensor& x) {
   if (!last_dim_contiguous(x)) return std::nullopt;
-  const int64_t n = x.dim();
-  std::optional<int64_t> bs = lead_stride(x, n - 2);
+  return lead_stride(x, x.dim() - 2);
+}
+
+// [B, S, 1, D] view of x = [..., S, D] where seq_batch_stride(x) exists; nullopt otherwise.
+std::optional<at::Tensor> seq_view(const at::Tensor& x) {
+  const std::optional<int64_t> bs = seq_batch_stride(x);
   if (!bs) return std::nullopt;
+  const int64_t n = x.dim();
   const int64_t d = x.size(-1);
   return x.as_strided({lead_numel(x, n - 2), x.size(-2), 1, d}, {*bs, x.stride(-2), d, 1});
 }
@@ -108,7 +114,7 @@ std::optional<at::Tensor> seq_view(const at::Tensor& x) {
 at::Tensor empty_in_order(const at::Tensor& x, RopeLayout layout) {
   at::Tensor out = at::empty_like(x);
   const bool direct =
-      layout == RopeLayout::kInterleaved ? seq_view(out).has_value() : last_dim_contiguous(out);
+      layout == RopeLayout::kInterleaved ? seq_batch_stride(out).has_value() : last_dim_contiguous(out);
   return direct ? out : at::empty(x.sizes(), x.options());
 }
 
