@@ -694,12 +694,6 @@ void rope_rotate_launch(const at::Tensor& out0, const at::Tensor& in0, const at:
               constexpr bool kInv = decltype(inv)::value;
               if (interleaved) {
                 if constexpr (std::is_same_v<Tc, float>) {
-                  // kStream: the forward of one head with full tables (=1: every forward; =0: none).
-                  bool streamed = false;
-                  if constexpr (!kInv) {
-                    const std::string_view stream_switch = ab_switch("LTX_KERNELS_ROPE_STREAM");
-                    streamed = stream_switch == "1" || (stream_switch != "0" && !pair && heads == 1);
-                  }
                   // rope_kernel's (or the candidate's) instantiation for the table form and kStream.
                   auto launch_interleaved = [&](auto streamed_tag) {
                     constexpr bool kS = decltype(streamed_tag)::value;
@@ -717,7 +711,9 @@ void rope_rotate_launch(const at::Tensor& out0, const at::Tensor& in0, const at:
                                grid, kBlock, stream, pdl, p);
                   };
                   if constexpr (!kInv) {
-                    if (streamed) {
+                    // kStream: the forward of one head with full tables (=1: every forward; =0: none).
+                    const std::string_view stream_switch = ab_switch("LTX_KERNELS_ROPE_STREAM");
+                    if (stream_switch == "1" || (stream_switch != "0" && !pair && heads == 1)) {
                       launch_interleaved(std::true_type{});
                     } else {
                       launch_interleaved(std::false_type{});
