@@ -27,13 +27,15 @@ def main():
     args = ap.parse_args()
     k = bench_ops.load_kernel("cuda")
     dev = "cuda"
-    for op, shapes in LLAMA_ROW_SETS.items():  # weighted llama rows, ours next to Liger / inductor
+    # Ops with their own launcher (weighted llama rows next to Liger / inductor, the RoPE calls):
+    # each runs when asked and leaves --ops, so the LTX row ops below see only what is left.
+    launchers = {op: (lambda op=op: launch_llama_rows(k, args, op, LLAMA_ROW_SETS[op]))
+                 for op in LLAMA_ROW_SETS}
+    launchers.update(rope_llama=lambda: launch_rope_llama(k, args),
+                     rope_ltx_qk_pair=lambda: launch_rope_ltx_qk_pair(k, args))
+    for op, launch in launchers.items():
         if op in args.ops.split(","):
-            launch_llama_rows(k, args, op, shapes)
-            args.ops = ",".join(o for o in args.ops.split(",") if o != op)
-    for op, launch in (("rope_llama", launch_rope_llama), ("rope_ltx_qk_pair", launch_rope_ltx_qk_pair)):
-        if op in args.ops.split(","):
-            launch(k, args)
+            launch()
             args.ops = ",".join(o for o in args.ops.split(",") if o != op)
     if not args.ops:
         return
