@@ -12,8 +12,7 @@
 // (the backward, rope_backward.h): dx_a = g_a c_a + g_b s_b, dx_b = g_b c_b - g_a s_a,
 // always in fp32 with one rounding. Llama-style calls (rotate-half forward, half-dtype x and
 // tables, no pass-through channels) take rope_half_lean_kernel instead: a thread per
-// (token, head, unit), no table reuse in registers (the tables are L1 / L2 hits); a candidate,
-// rope_interleaved_lean_kernel, does the same for the interleaved forward of 1-2 heads.
+// (token, head, unit), no table reuse in registers (the tables are L1 / L2 hits).
 #include <algorithm>
 #include <numeric>
 #include <type_traits>
@@ -413,69 +412,6 @@ __global__ void __launch_bounds__(kBlock, kLeanMinBlocks)
   add_rn(mul_rn(z, V::load(cr + hi)), mul_rn(a, V::load(sr + hi))).store(o + hi);
 }
 
-// rope_interleaved_lean_kernel (candidate, LTX_KERNELS_ROPE_INTERLEAVED_LEAN=1; not yet run on a
-// GPU): the interleaved forward (fp32 tables, 16-byte units of a half dtype) as the Llama lean
-// kernel above: one thread per (token, unit) for the token's one or two heads (LTX: q and k, or
-// x alone), both heads' loads before either store, no token walk. The flat index is split by
-// DivU32s into (token, unit) and the token into rope_kernel's (outer, inner) walk indices, so
-// tokens stay batch-major. Why: at LTX's q/k calls inductor's kernel (one 1024-element program
-// per 128 threads) is 0.6% (full tables) / 1.8% (pair tables) ahead on the H100 (RESULTS.md
-// 2026-12-07 10:17); Nsight Compute (10:15, pair tables) has rope_kernel at 59 registers, 42%
-// achieved occupancy and 48.1M instructions against inductor's 40, 66% and 37.5M: the token
-// walk's state and division. `items` = tokens x units < 2^32 - kBlock (the launcher checks).
-struct InterleavedSplit {
-  DivU32 by_units, by_inner;  // (token, unit) of an item; (outer, inner) walk indices of a token
-  uint32_t units, inner, items;
-};
-
-// 1 536 threads per SM (<= 40 registers) where the SM has them, sm_75's 1 024 there.
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
-constexpr int kInterleavedLeanMinBlocks = 4;
-#else
-constexpr int kInterleavedLeanMinBlocks = 6;
-#endif
-
-template <typename Tx, bool kPair, bool kStream>
-__global__ void __launch_bounds__(kBlock, kInterleavedLeanMinBlocks)
-    rope_interleaved_lean_kernel(const RopeParams p, const InterleavedSplit q) {
-  static_assert(sizeof(Tx) == 2, "16-byte units of a half dtype");
-  constexpr int kUnit = 8;
-  constexpr int kTabUnit = kPair ? kUnit / 2 : kUnit;
-  using UX = Unit<Tx, kUnit, kUnit>;
-  using UT = Unit<float, kTabUnit, 4>;
-  pdl_wait();
-  pdl_launch_dependents();
-  const uint32_t i = blockIdx.x * kBlock + threadIdx.x;
-  if (i >= q.items) return;
-  const uint32_t t = div_by(q.by_units, q.units, i);
-  const uint32_t s = div_by(q.by_inner, q.inner, t);  // outer index (p.seq's dim)
-  const int64_t b = t - s * q.inner;                   // inner index (p.batch's dim)
-  const int j = static_cast<int>(i - t * q.units);
-  const int off = j * kUnit;
-  UT c, sn;
-  c.template load<kStream>(static_cast<const float*>(p.cos) + b * p.cos_b + s * p.cos_s + j * kTabUnit);
-  sn.template load<kStream>(static_cast<const float*>(p.sin) + b * p.sin_b + s * p.sin_s + j * kTabUnit);
-  // One or two heads (the launcher checks): side 0's first, then side 0's second or side 1's.
-  const RopeSide& A = p.side[0];
-  const RopeSide& B = p.side[1];
-  const bool two = A.heads + B.heads == 2;
-  const bool both_a = A.heads == 2;
-  const int64_t off_a = b * A.in_b + s * A.in_s + off;
-  UX v, w;
-  v.template load<kStream>(static_cast<const Tx*>(A.in) + off_a);
-  if (two) {
-    w.template load<kStream>(both_a ? static_cast<const Tx*>(A.in) + off_a + A.in_h
-                                    : static_cast<const Tx*>(B.in) + b * B.in_b + s * B.in_s + off);
-  }
-  rotate_interleaved_unit<Tx, kUnit, false, false, kPair>(v, c, sn);
-  v.store(static_cast<Tx*>(A.out) + b * A.out_b + s * A.out_s + off);
-  if (two) {
-    rotate_interleaved_unit<Tx, kUnit, false, false, kPair>(w, c, sn);
-    w.store(both_a ? static_cast<Tx*>(A.out) + b * A.out_b + s * A.out_s + A.out_h + off
-                   : static_cast<Tx*>(B.out) + b * B.out_b + s * B.out_s + off);
-  }
-}
-
 // Stride of dim d, 0 where the dim has size 1 (it is never stepped).
 int64_t stride_of(const at::Tensor& t, int64_t d) { return t.size(d) > 1 ? t.stride(d) : 0; }
 
@@ -664,21 +600,6 @@ void rope_rotate_launch(const at::Tensor& out0, const at::Tensor& in0, const at:
     lean_split.by_heads = DivU32(lean_split.heads);
     lean_split.by_batch = DivU32(lean_split.batch);
   }
-  // rope_interleaved_lean_kernel (candidate): forward interleaved calls of one or two heads and
-  // 16-byte units whose (token, unit) index fits 32 bits (the switch read only for calls it could take).
-  const int64_t interleaved_items = tokens * p.rot_items;
-  const bool interleaved_lean = interleaved && !inverse && u == 8 &&
-                                heads <= 2 && interleaved_items <= (int64_t{1} << 32) - kBlock &&
-                                p.batch <= (int64_t{1} << 31) &&
-                                ab_switch("LTX_KERNELS_ROPE_INTERLEAVED_LEAN") == "1";
-  InterleavedSplit interleaved_split{};
-  if (interleaved_lean) {
-    interleaved_split.units = static_cast<uint32_t>(p.rot_items);
-    interleaved_split.inner = static_cast<uint32_t>(p.batch);
-    interleaved_split.items = static_cast<uint32_t>(interleaved_items);
-    interleaved_split.by_units = DivU32(interleaved_split.units);
-    interleaved_split.by_inner = DivU32(interleaved_split.inner);
-  }
   p.step_s = step / p.batch;
   p.step_b = step % p.batch;
 
@@ -694,18 +615,9 @@ void rope_rotate_launch(const at::Tensor& out0, const at::Tensor& in0, const at:
               constexpr bool kInv = decltype(inv)::value;
               if (interleaved) {
                 if constexpr (std::is_same_v<Tc, float>) {
-                  // rope_kernel's (or the candidate's) instantiation for the table form and kStream.
+                  // rope_kernel's instantiation for the table form and kStream.
                   auto launch_interleaved = [&](auto streamed_tag) {
                     constexpr bool kS = decltype(streamed_tag)::value;
-                    if constexpr (!kInv && U == 8 && sizeof(Tx) == 2) {
-                      if (interleaved_lean) {  // candidate: rope_interleaved_lean_kernel
-                        const auto lean_grid = static_cast<unsigned>(ceil_div(interleaved_split.items, kBlock));
-                        launch_pdl(pair ? rope_interleaved_lean_kernel<Tx, true, kS>
-                                        : rope_interleaved_lean_kernel<Tx, false, kS>,
-                                   lean_grid, kBlock, stream, pdl, p, interleaved_split);
-                        return;
-                      }
-                    }
                     launch_pdl(pair ? rope_kernel<Tx, Tc, U, true, kInv, false, true, kS>
                                     : rope_kernel<Tx, Tc, U, true, kInv, false, false, kS>,
                                grid, kBlock, stream, pdl, p);

@@ -814,51 +814,6 @@ def test_position_major_walk(monkeypatch):
 
 
 @requires_gpu
-@pytest.mark.parametrize("stream", ["", "0", "1"], ids=["stream_default", "stream_none", "stream_all"])
-def test_interleaved_lean_candidate(monkeypatch, stream):
-    """LTX_KERNELS_ROPE_INTERLEAVED_LEAN=1 (the candidate rope_interleaved_lean_kernel: one thread
-    per (token, unit) for the forward interleaved calls of one or two heads), with its loads
-    skipping L1 by the default rule, never or always (LTX_KERNELS_ROPE_STREAM): LTX's q/k and
-    x-alone calls at [2, 8064, 2048] with per-batch and CFG stride-0 tables, pair and full, equal
-    to the default kernel and eager; then the table-form, width, alignment, layout, in-place and
-    fused-projection tests under it (calls it does not take, e.g. odd widths or 3 heads, run the
-    default kernel there)."""
-    monkeypatch.setenv("LTX_KERNELS_ROPE_STREAM", stream)
-    c, sn, cf, sf = pair_tables((2, 8064, 1024), "cuda")
-    for dtype, shared in itertools.product((torch.bfloat16, torch.float16), (False, True)):
-        tabs = [t[:1].expand(2, -1, -1) if shared else t for t in (c, sn, cf, sf)]
-        q = torch.randn(2, 8064, 2048, device="cuda", dtype=dtype)
-        k = torch.randn_like(q)
-        def calls():  # q/k with pair tables, q/k with full tables, x alone with full tables
-            return (kernel.rope_interleaved_qk(q, k, tabs[0], tabs[1]) + kernel.rope_interleaved_qk(q, k, tabs[2], tabs[3])
-                    + (kernel.rope_interleaved(q, tabs[2], tabs[3]),))
-
-        monkeypatch.delenv("LTX_KERNELS_ROPE_INTERLEAVED_LEAN", raising=False)
-        want = calls()
-        monkeypatch.setenv("LTX_KERNELS_ROPE_INTERLEAVED_LEAN", "1")
-        got = calls()
-        for g, w in zip(got, want):
-            assert torch.equal(g, w), (dtype, shared)
-        assert torch.equal(got[0], diffusers_ltx_apply(q, tabs[2], tabs[3]))
-        assert torch.equal(got[1], diffusers_ltx_apply(k, tabs[2], tabs[3]))
-        qi, ki = q.clone(), k.clone()
-        kernel.rope_interleaved_qk(qi, ki, tabs[0], tabs[1], inplace=True)
-        assert torch.equal(qi, got[0]) and torch.equal(ki, got[1]), ("in place", dtype, shared)
-    interleaved_forms_on_gpu()
-    for dtype in DTYPES:
-        for dim, scale in itertools.product([2048, 96, 100, 130, 64], [None, (8 / 25, 32, 32)]):
-            test_interleaved_matches_ltx("cuda", dim, dtype, scale)
-        for d in [2, 6, 14, 62, 130, 2046]:
-            test_interleaved_odd_widths("cuda", d, dtype)
-        for offset in range(1, 8):
-            test_interleaved_misaligned("cuda", offset, dtype)
-        test_interleaved_qk_matches_ltx("cuda", dtype)
-        test_interleaved_in_place("cuda", dtype)
-    for lead in [(6,), (2, 5), (2, 3, 4)]:
-        test_interleaved_fused_projection_slices("cuda", lead)
-
-
-@requires_gpu
 @pytest.mark.parametrize("table_dtype", [torch.bfloat16, torch.float32])
 def test_llama_real_shape(table_dtype):
     cos, sin = llama_tables(128, 1, 8192, table_dtype, "cuda")
