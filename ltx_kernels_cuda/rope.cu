@@ -188,7 +188,10 @@ constexpr int kLeanMinBlocks = 6;  // sm_86 / 89 / 120: 1 536
 // µs (compile 128.35); but slower with two heads a token, q and k with those tables 168.93 ->
 // 171.20 (compile 167.97), with pair tables [B, S, D/2] 126.78 -> 130.24 (compile 124.58).
 // Why two heads lose is not known (an ncu of the pair-table call, 10:15: 0% L1 hits either way;
-// inductor at 66% occupancy, 40 registers, ours 42%, 59).
+// inductor at 66% occupancy, 40 registers, ours 42%, 59). Nor is the q/k calls' gap to inductor
+// (H100 pair tables 1.8%, full 0.6%) the registers or the load path: a thread-per-unit kernel at
+// 35-40 registers and plain coherent loads (not ld.global.nc) timed within 0.2% of this kernel
+// (RESULTS.md 2026-12-07 14:38, 15:24).
 template <typename Tx, typename Tc, int U, bool kInterleaved, bool kInverse, bool kPacked = false,
           bool kPair = false, bool kStream = false>
 __global__ void __launch_bounds__(kBlock, kPacked ? kPackedMinBlocks : kMinBlocks)
