@@ -90,6 +90,15 @@ struct Unit {
 #pragma unroll
     for (int i = 0; i < U / C; ++i) v[i].store(p + i * C);
   }
+  // With an L2 eviction policy (Vec::load_l2 / store_l2; 16-byte accesses).
+  __device__ __forceinline__ void load_last(const T* p, uint64_t policy) {
+#pragma unroll
+    for (int i = 0; i < U / C; ++i) v[i] = Vec<T, C>::template load_l2<true>(p + i * C, policy);
+  }
+  __device__ __forceinline__ void store_l2(T* p, uint64_t policy) const {
+#pragma unroll
+    for (int i = 0; i < U / C; ++i) v[i].store_l2(p + i * C, policy);
+  }
   __device__ __forceinline__ float get(int i) const { return to_float(v[i / C].v[i % C]); }
   __device__ __forceinline__ void set(int i, float f) { v[i / C].v[i % C] = from_float<T>(f); }
 };
@@ -192,11 +201,22 @@ constexpr int kLeanMinBlocks = 6;  // sm_86 / 89 / 120: 1 536
 // (H100 pair tables 1.8%, full 0.6%) the registers or the load path: a thread-per-unit kernel at
 // 35-40 registers and plain coherent loads (not ld.global.nc) timed within 0.2% of this kernel
 // (RESULTS.md 2026-12-07 14:38, 15:24).
+// kHint (candidate, LTX_KERNELS_ROPE_HINT; the interleaved forward of 16-byte units, not
+// kStream): L2 eviction policies, a mask. kHintTablesLast: the tables loaded evict_last, as
+// inductor's kernel for LTX's q/k call loads them (1.8% ahead of ours on the H100 with pair
+// tables); kHintXLast: x too; kHintOutFirst: the outputs stored evict_first. H100 16:38 (alone,
+// medians of 3): tables evict_last q/k pair 128.26 -> 127.17 µs (compile 126.02), full tables
+// and x alone unchanged; outputs evict_first -0.2% on q/k full tables, evict_last +1.4% there.
+constexpr int kHintNone = 0, kHintTablesLast = 1, kHintOutFirst = 2, kHintXLast = 4;
+
 template <typename Tx, typename Tc, int U, bool kInterleaved, bool kInverse, bool kPacked = false,
-          bool kPair = false, bool kStream = false>
+          bool kPair = false, bool kStream = false, int kHint = kHintNone>
 __global__ void __launch_bounds__(kBlock, kPacked ? kPackedMinBlocks : kMinBlocks)
     rope_kernel(const RopeParams p) {
   static_assert(!kStream || (kInterleaved && !kInverse), "the stream form is the interleaved forward");
+  static_assert(kHint == kHintNone || (kInterleaved && !kInverse && !kStream && U == 8 &&
+                                       sizeof(Tx) == 2 && std::is_same_v<Tc, float>),
+                "L2 hints: the interleaved forward of 16-byte units with fp32 tables");
   static_assert(!kPacked || (U == 8 && std::is_same_v<Tx, Tc> && !std::is_same_v<Tx, float> &&
                              !kInterleaved && !kInverse),
                 "the packed form is the rotate-half forward on 16-byte vectors of one half dtype");
@@ -225,6 +245,8 @@ __global__ void __launch_bounds__(kBlock, kPacked ? kPackedMinBlocks : kMinBlock
   // first global access, and let the next one be scheduled now.
   pdl_wait();
   pdl_launch_dependents();
+  [[maybe_unused]] const uint64_t keep = kHint & (kHintTablesLast | kHintXLast) ? l2_policy<true>() : 0;
+  [[maybe_unused]] const uint64_t drop = kHint & kHintOutFirst ? l2_policy<false>() : 0;
 
   // Token t = s * batch + b, stepped by the grid without a 64-bit division (a call).
   const uint32_t t0 = blockIdx.x * static_cast<uint32_t>(per_block) + threadIdx.x / group;
@@ -266,18 +288,35 @@ __global__ void __launch_bounds__(kBlock, kPacked ? kPackedMinBlocks : kMinBlock
       if constexpr (kInterleaved) {
         const int off = j * kUnit;
         UT c, sn;
-        c.template load<kStream>(cr + j * kTabUnit);
-        sn.template load<kStream>(sr + j * kTabUnit);
+        if constexpr ((kHint & kHintTablesLast) != 0) {
+          c.load_last(cr + j * kTabUnit, keep);
+          sn.load_last(sr + j * kTabUnit, keep);
+        } else {
+          c.template load<kStream>(cr + j * kTabUnit);
+          sn.template load<kStream>(sr + j * kTabUnit);
+        }
         auto rotate = [&](UX& v) { rotate_interleaved_unit<Tx, kUnit, kStep, kInverse, kPair>(v, c, sn); };
+        auto store = [&](const UX& v, Tx* o) {
+          if constexpr ((kHint & kHintOutFirst) != 0) {
+            v.store_l2(o, drop);
+          } else {
+            v.store(o);
+          }
+        };
         for_heads([&](const Tx* x, Tx* o, const Tx* x2, Tx* o2, bool two) {
           UX v, w;
-          v.template load<kStream>(x + off);
-          if (two) w.template load<kStream>(x2 + off);
+          if constexpr ((kHint & kHintXLast) != 0) {
+            v.load_last(x + off, keep);
+            if (two) w.load_last(x2 + off, keep);
+          } else {
+            v.template load<kStream>(x + off);
+            if (two) w.template load<kStream>(x2 + off);
+          }
           rotate(v);
-          v.store(o + off);
+          store(v, o + off);
           if (two) {
             rotate(w);
-            w.store(o2 + off);
+            store(w, o2 + off);
           }
         });
       } else {
@@ -605,6 +644,15 @@ void rope_rotate_launch(const at::Tensor& out0, const at::Tensor& in0, const at:
   }
   p.step_s = step / p.batch;
   p.step_b = step % p.batch;
+  // Candidate L2 policies of the interleaved forward (kHint; read for interleaved calls only).
+  int hint = kHintNone;
+  if (interleaved && !inverse) {
+    const std::string_view hint_switch = ab_switch("LTX_KERNELS_ROPE_HINT");
+    hint = hint_switch == "tables_last"           ? kHintTablesLast
+           : hint_switch == "tables_last,out_first" ? kHintTablesLast | kHintOutFirst
+           : hint_switch == "tables_last,x_last"    ? kHintTablesLast | kHintXLast
+                                                    : kHintNone;
+  }
 
   dispatch_float(in0.scalar_type(), [&](auto xt) {
     using Tx = typename decltype(xt)::type;
@@ -621,6 +669,18 @@ void rope_rotate_launch(const at::Tensor& out0, const at::Tensor& in0, const at:
                   // rope_kernel's instantiation for the table form and kStream.
                   auto launch_interleaved = [&](auto streamed_tag) {
                     constexpr bool kS = decltype(streamed_tag)::value;
+                    if constexpr (!kS && !kInv && U == 8 && sizeof(Tx) == 2) {
+                      auto launch_hint = [&](auto hint_tag) {
+                        constexpr int H = decltype(hint_tag)::value;
+                        launch_pdl(pair ? rope_kernel<Tx, Tc, U, true, false, false, true, false, H>
+                                        : rope_kernel<Tx, Tc, U, true, false, false, false, false, H>,
+                                   grid, kBlock, stream, pdl, p);
+                      };
+                      constexpr int kT = kHintTablesLast, kTO = kT | kHintOutFirst, kTX = kT | kHintXLast;
+                      if (hint == kT) return launch_hint(std::integral_constant<int, kT>{});
+                      if (hint == kTO) return launch_hint(std::integral_constant<int, kTO>{});
+                      if (hint == kTX) return launch_hint(std::integral_constant<int, kTX>{});
+                    }
                     launch_pdl(pair ? rope_kernel<Tx, Tc, U, true, kInv, false, true, kS>
                                     : rope_kernel<Tx, Tc, U, true, kInv, false, false, kS>,
                                grid, kBlock, stream, pdl, p);

@@ -836,10 +836,14 @@ LOOP = {"LTX_KERNELS_ROPE_LEAN": "0"}
                                  {**LOOP, "LTX_KERNELS_ROPE_WIDE_SLOTS": "4"},
                                  {**LOOP, "LTX_KERNELS_GRID": "walk"}, {**LOOP, "LTX_KERNELS_ROPE_SLOTS": "0"},
                                  {**LOOP, "LTX_KERNELS_ROPE_WIDE_SLOTS": "all"},
-                                 {"LTX_KERNELS_ROPE_STREAM": "0"}, {"LTX_KERNELS_ROPE_STREAM": "1"}],
+                                 {"LTX_KERNELS_ROPE_STREAM": "0"}, {"LTX_KERNELS_ROPE_STREAM": "1"},
+                                 {"LTX_KERNELS_ROPE_HINT": "tables_last"},
+                                 {"LTX_KERNELS_ROPE_HINT": "tables_last,x_last"},
+                                 {"LTX_KERNELS_ROPE_HINT": "tables_last,out_first"}],
                          ids=["pdl", "no_pdl", "loop_kernel", "loop_kernel_no_pdl", "no_wide_slots",
                               "wide_slots_1", "wide_slots_4", "grid_walk", "no_slots_fit", "wide_slots_all",
-                              "interleaved_through_l1", "interleaved_stream_all"])
+                              "interleaved_through_l1", "interleaved_stream_all", "hint_tables_last",
+                              "hint_tables_x_last", "hint_tables_last_out_first"])
 def test_pdl_launch_real_shapes(monkeypatch, env):
     """Llama-style calls on rope_half_lean_kernel (the default: one thread per (token, head,
     unit)) with programmatic dependent launch (the default on sm_90+) and without it
@@ -881,6 +885,8 @@ def test_pdl_launch_real_shapes(monkeypatch, env):
     ox, oy = kernel.rope_interleaved_qk(x, y, cp, sp)
     cf, sf = cp.repeat_interleave(2, -1), sp.repeat_interleave(2, -1)
     assert torch.equal(ox, diffusers_ref_any(x, cf, sf)) and torch.equal(oy, diffusers_ref_any(y, cf, sf))
+    fx, fy = kernel.rope_interleaved_qk(x, y, cf, sf)  # and with the full tables
+    assert torch.equal(fx, ox) and torch.equal(fy, oy)
 
 
 @requires_gpu

@@ -161,6 +161,44 @@ struct alignas(sizeof(T) * N) Vec {
     memcpy(&out, &raw, sizeof(raw));
     return out;
   }
+  // load / store with an L2 eviction policy from l2_policy() (16-byte vectors; plain load /
+  // store below sm_80). The load is Triton's form for tl.load(..., eviction_policy=...):
+  // coherent (no .nc), the L1 priority matching the L2 one. Candidate (rope's
+  // LTX_KERNELS_ROPE_HINT, 2026-12-07): inductor's LTX q/k RoPE kernel, 1.8% ahead of ours on
+  // the H100, loads the tables evict_last; the stores test where the outputs' lines should go.
+  template <bool kLast>
+  __device__ __forceinline__ static Vec load_l2(const T* p, uint64_t policy) {
+    static_assert(kBytes == 16, "16-byte vectors");
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    Raw raw;
+    if constexpr (kLast) {
+      asm("ld.global.L1::evict_last.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;\n"
+          : "=r"(raw.x), "=r"(raw.y), "=r"(raw.z), "=r"(raw.w)
+          : "l"(p), "l"(policy));
+    } else {
+      asm("ld.global.L1::evict_first.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;\n"
+          : "=r"(raw.x), "=r"(raw.y), "=r"(raw.z), "=r"(raw.w)
+          : "l"(p), "l"(policy));
+    }
+    Vec out;
+    memcpy(&out, &raw, sizeof(raw));
+    return out;
+#else
+    return load(p);
+#endif
+  }
+  __device__ __forceinline__ void store_l2(T* p, uint64_t policy) const {
+    static_assert(kBytes == 16, "16-byte vectors");
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    Raw raw;
+    memcpy(&raw, this, sizeof(raw));
+    asm volatile("st.global.L2::cache_hint.v4.b32 [%0], {%1, %2, %3, %4}, %5;\n" ::"l"(p), "r"(raw.x),
+                 "r"(raw.y), "r"(raw.z), "r"(raw.w), "l"(policy)
+                 : "memory");
+#else
+    store(p);
+#endif
+  }
   // 16- and 8-byte stores are written as one st.global.v4/v2 in PTX: from a plain uint4
   // assignment NVVM emitted four st.global.v2.u16 per 16 bytes when the Vec came from
   // packed pairs (activation kernels, nvcc 13, 2026-12-04: four STG.E per vector in SASS).
@@ -181,6 +219,21 @@ struct alignas(sizeof(T) * N) Vec {
     }
   }
 };
+
+// An L2 eviction policy for Vec::load_l2 / store_l2 (createpolicy, sm_80+; 0 below, unused):
+// every line the access touches gets evict_last (kLast) or evict_first priority in L2.
+template <bool kLast>
+__device__ __forceinline__ uint64_t l2_policy() {
+  uint64_t policy = 0;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  if constexpr (kLast) {
+    asm("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;\n" : "=l"(policy));
+  } else {
+    asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
+  }
+#endif
+  return policy;
+}
 
 // N fp32 values narrowed to T in pairs (one cvt.rn.{bf16x2,f16x2}.f32 per two elements
 // on sm_80+ instead of one per element), same round-to-nearest-even as from_float.
