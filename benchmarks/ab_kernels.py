@@ -164,10 +164,10 @@ VARIANTS = {
         # default since 2026-12-07 10:20: rope_ltx); =0 for none, =1 for every forward
         "ours (interleaved, loads through L1)": {"LTX_KERNELS_ROPE_STREAM": "0"},
         "ours (interleaved, every forward skips L1)": {"LTX_KERNELS_ROPE_STREAM": "1"},
-        # candidates (2026-12-07): L2 eviction policies of the interleaved forward's accesses
-        # (not the stream form): tables evict_last (inductor's loads; -0.85% on the q/k pair
-        # call, H100 16:38), with x evict_last too, or with the outputs stored evict_first
-        "ours (hint: tables evict_last)": {"LTX_KERNELS_ROPE_HINT": "tables_last"},
+        # L2 eviction policies of the interleaved forward's accesses (not the stream form): the
+        # tables evict_last by default (inductor's loads; -0.85% on the q/k pair call, H100
+        # 2026-12-07 16:35); none, or candidates: x evict_last too, or the outputs stored evict_first
+        "ours (hint: none, plain table loads)": {"LTX_KERNELS_ROPE_HINT": "none"},
         "ours (hint: tables + x evict_last)": {"LTX_KERNELS_ROPE_HINT": "tables_last,x_last"},
         "ours (hint: tables evict_last, outputs evict_first)": {"LTX_KERNELS_ROPE_HINT": "tables_last,out_first"},
     },

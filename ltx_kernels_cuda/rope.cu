@@ -90,10 +90,10 @@ struct Unit {
 #pragma unroll
     for (int i = 0; i < U / C; ++i) v[i].store(p + i * C);
   }
-  // With an L2 eviction policy (Vec::load_l2 / store_l2; 16-byte accesses).
+  // With an L2 eviction policy (Vec::load_last / store_l2; 16-byte accesses).
   __device__ __forceinline__ void load_last(const T* p, uint64_t policy) {
 #pragma unroll
-    for (int i = 0; i < U / C; ++i) v[i] = Vec<T, C>::template load_l2<true>(p + i * C, policy);
+    for (int i = 0; i < U / C; ++i) v[i] = Vec<T, C>::load_last(p + i * C, policy);
   }
   __device__ __forceinline__ void store_l2(T* p, uint64_t policy) const {
 #pragma unroll
@@ -201,12 +201,14 @@ constexpr int kLeanMinBlocks = 6;  // sm_86 / 89 / 120: 1 536
 // (H100 pair tables 1.8%, full 0.6%) the registers or the load path: a thread-per-unit kernel at
 // 35-40 registers and plain coherent loads (not ld.global.nc) timed within 0.2% of this kernel
 // (RESULTS.md 2026-12-07 14:38, 15:24).
-// kHint (candidate, LTX_KERNELS_ROPE_HINT; the interleaved forward of 16-byte units, not
-// kStream): L2 eviction policies, a mask. kHintTablesLast: the tables loaded evict_last, as
-// inductor's kernel for LTX's q/k call loads them (1.8% ahead of ours on the H100 with pair
-// tables); kHintXLast: x too; kHintOutFirst: the outputs stored evict_first. H100 16:38 (alone,
-// medians of 3): tables evict_last q/k pair 128.26 -> 127.17 µs (compile 126.02), full tables
-// and x alone unchanged; outputs evict_first -0.2% on q/k full tables, evict_last +1.4% there.
+// kHint (the interleaved forward of 16-byte units of a half dtype with fp32 tables, not
+// kStream; LTX_KERNELS_ROPE_HINT): L2 eviction policies, a mask. kHintTablesLast (the default;
+// =none: plain loads): the tables loaded evict_last, as inductor's kernel for LTX's q/k call
+// loads them (it was 1.8% ahead of ours on the H100 with pair tables). Candidates: kHintXLast,
+// x evict_last too; kHintOutFirst, the outputs stored evict_first. Measured (H100 bf16,
+// RESULTS.md 2026-12-07 16:35, medians of 3): tables evict_last q/k pair 128.26 -> 127.17 µs
+// (compile 126.02), q/k with full tables 170.53 -> 170.46; outputs alone evict_first -0.2% on
+// q/k full tables and nothing elsewhere, evict_last +1.4% there (dropped).
 constexpr int kHintNone = 0, kHintTablesLast = 1, kHintOutFirst = 2, kHintXLast = 4;
 
 template <typename Tx, typename Tc, int U, bool kInterleaved, bool kInverse, bool kPacked = false,
@@ -644,14 +646,14 @@ void rope_rotate_launch(const at::Tensor& out0, const at::Tensor& in0, const at:
   }
   p.step_s = step / p.batch;
   p.step_b = step % p.batch;
-  // Candidate L2 policies of the interleaved forward (kHint; read for interleaved calls only).
+  // L2 policies of the interleaved forward (kHint; the switch read for interleaved calls only).
   int hint = kHintNone;
   if (interleaved && !inverse) {
     const std::string_view hint_switch = ab_switch("LTX_KERNELS_ROPE_HINT");
-    hint = hint_switch == "tables_last"           ? kHintTablesLast
+    hint = hint_switch == "none"                    ? kHintNone
            : hint_switch == "tables_last,out_first" ? kHintTablesLast | kHintOutFirst
            : hint_switch == "tables_last,x_last"    ? kHintTablesLast | kHintXLast
-                                                    : kHintNone;
+                                                    : kHintTablesLast;
   }
 
   dispatch_float(in0.scalar_type(), [&](auto xt) {

@@ -162,24 +162,16 @@ struct alignas(sizeof(T) * N) Vec {
     return out;
   }
   // load / store with an L2 eviction policy from l2_policy() (16-byte vectors; plain load /
-  // store below sm_80). The load is Triton's form for tl.load(..., eviction_policy=...):
-  // coherent (no .nc), the L1 priority matching the L2 one. Candidate (rope's
-  // LTX_KERNELS_ROPE_HINT, 2026-12-07): inductor's LTX q/k RoPE kernel, 1.8% ahead of ours on
-  // the H100, loads the tables evict_last; the stores test where the outputs' lines should go.
-  template <bool kLast>
-  __device__ __forceinline__ static Vec load_l2(const T* p, uint64_t policy) {
+  // store below sm_80). load_last is Triton's form of tl.load(..., eviction_policy='evict_last'):
+  // coherent (no .nc), evict_last in L1 too. RoPE's interleaved forward loads its tables so
+  // (what inductor's kernel for LTX's q/k call does; 0.85% faster there, H100 2026-12-07 16:35).
+  __device__ __forceinline__ static Vec load_last(const T* p, uint64_t policy) {
     static_assert(kBytes == 16, "16-byte vectors");
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
     Raw raw;
-    if constexpr (kLast) {
-      asm("ld.global.L1::evict_last.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;\n"
-          : "=r"(raw.x), "=r"(raw.y), "=r"(raw.z), "=r"(raw.w)
-          : "l"(p), "l"(policy));
-    } else {
-      asm("ld.global.L1::evict_first.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;\n"
-          : "=r"(raw.x), "=r"(raw.y), "=r"(raw.z), "=r"(raw.w)
-          : "l"(p), "l"(policy));
-    }
+    asm("ld.global.L1::evict_last.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;\n"
+        : "=r"(raw.x), "=r"(raw.y), "=r"(raw.z), "=r"(raw.w)
+        : "l"(p), "l"(policy));
     Vec out;
     memcpy(&out, &raw, sizeof(raw));
     return out;
