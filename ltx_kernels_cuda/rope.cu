@@ -200,7 +200,8 @@ constexpr int kLeanMinBlocks = 6;  // sm_86 / 89 / 120: 1 536
 // inductor at 66% occupancy, 40 registers, ours 42%, 59). Nor is the q/k calls' gap to inductor
 // (H100 pair tables 1.8%, full 0.6%) the registers or the load path: a thread-per-unit kernel at
 // 35-40 registers and plain coherent loads (not ld.global.nc) timed within 0.2% of this kernel
-// (RESULTS.md 2026-12-07 14:38, 15:24).
+// (RESULTS.md 2026-12-07 14:38, 15:24); inductor's table cache policy was half of it (kHint).
+//
 // kHint (the interleaved forward of 16-byte units of a half dtype with fp32 tables, not
 // kStream; LTX_KERNELS_ROPE_HINT): L2 eviction policies, a mask. kHintTablesLast (the default;
 // =none: plain loads): the tables loaded evict_last, as inductor's kernel for LTX's q/k call

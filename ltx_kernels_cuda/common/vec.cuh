@@ -212,7 +212,7 @@ struct alignas(sizeof(T) * N) Vec {
   }
 };
 
-// An L2 eviction policy for Vec::load_l2 / store_l2 (createpolicy, sm_80+; 0 below, unused):
+// An L2 eviction policy for Vec::load_last / store_l2 (createpolicy, sm_80+; 0 below, unused):
 // every line the access touches gets evict_last (kLast) or evict_first priority in L2.
 template <bool kLast>
 __device__ __forceinline__ uint64_t l2_policy() {
