@@ -107,6 +107,9 @@ VARIANTS = {
         "ours (blocks walk rows)": {"LTX_KERNELS_GRID": "walk"},
         # the weight loaded after each reduction (the default before 2026-12-06 08:00)
         "ours (weight late)": {"LTX_KERNELS_RMS_W": "late"},
+        # candidate (2026-12-07 17:40): the short-row kernel (per-head rows) with inductor's
+        # persistent-reduction cache policies, x evict_first and the weight evict_last
+        "ours (hint: x evict_first, weight evict_last)": {"LTX_KERNELS_RMS_HINT": "triton"},
     },
     "rmsnorm_small": {
         "ours": {},

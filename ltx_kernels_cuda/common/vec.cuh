@@ -162,14 +162,29 @@ struct alignas(sizeof(T) * N) Vec {
     return out;
   }
   // load / store with an L2 eviction policy from l2_policy() (16-byte vectors; plain load /
-  // store below sm_80). load_last is Triton's form of tl.load(..., eviction_policy='evict_last'):
-  // coherent (no .nc), evict_last in L1 too. RoPE's interleaved forward loads its tables so
-  // (what inductor's kernel for LTX's q/k call does; 0.85% faster there, H100 2026-12-07 16:35).
+  // store below sm_80). load_last / load_first are Triton's forms of tl.load(...,
+  // eviction_policy='evict_last' / 'evict_first'): coherent (no .nc), the same priority in L1
+  // (pass the matching policy). RoPE's interleaved forward loads its tables evict_last (what
+  // inductor's kernel for LTX's q/k call does; 0.85% faster there, H100 2026-12-07 16:35).
   __device__ __forceinline__ static Vec load_last(const T* p, uint64_t policy) {
     static_assert(kBytes == 16, "16-byte vectors");
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
     Raw raw;
     asm("ld.global.L1::evict_last.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;\n"
+        : "=r"(raw.x), "=r"(raw.y), "=r"(raw.z), "=r"(raw.w)
+        : "l"(p), "l"(policy));
+    Vec out;
+    memcpy(&out, &raw, sizeof(raw));
+    return out;
+#else
+    return load(p);
+#endif
+  }
+  __device__ __forceinline__ static Vec load_first(const T* p, uint64_t policy) {
+    static_assert(kBytes == 16, "16-byte vectors");
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    Raw raw;
+    asm("ld.global.L1::evict_first.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;\n"
         : "=r"(raw.x), "=r"(raw.y), "=r"(raw.z), "=r"(raw.w)
         : "l"(p), "l"(policy));
     Vec out;
@@ -212,8 +227,9 @@ struct alignas(sizeof(T) * N) Vec {
   }
 };
 
-// An L2 eviction policy for Vec::load_last / store_l2 (createpolicy, sm_80+; 0 below, unused):
-// every line the access touches gets evict_last (kLast) or evict_first priority in L2.
+// An L2 eviction policy for Vec::load_last / load_first / store_l2 (createpolicy, sm_80+; 0
+// below, unused): every line the access touches gets evict_last (kLast) or evict_first
+// priority in L2.
 template <bool kLast>
 __device__ __forceinline__ uint64_t l2_policy() {
   uint64_t policy = 0;
