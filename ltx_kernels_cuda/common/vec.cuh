@@ -167,26 +167,23 @@ struct alignas(sizeof(T) * N) Vec {
   // (pass the matching policy). RoPE's interleaved forward loads its tables evict_last (what
   // inductor's kernel for LTX's q/k call does; 0.85% faster there, H100 2026-12-07 16:35).
   __device__ __forceinline__ static Vec load_last(const T* p, uint64_t policy) {
-    static_assert(kBytes == 16, "16-byte vectors");
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    Raw raw;
-    asm("ld.global.L1::evict_last.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;\n"
-        : "=r"(raw.x), "=r"(raw.y), "=r"(raw.z), "=r"(raw.w)
-        : "l"(p), "l"(policy));
-    Vec out;
-    memcpy(&out, &raw, sizeof(raw));
-    return out;
-#else
-    return load(p);
-#endif
+    return load_evict<true>(p, policy);
   }
   __device__ __forceinline__ static Vec load_first(const T* p, uint64_t policy) {
+    return load_evict<false>(p, policy);
+  }
+  template <bool kLast>
+  __device__ __forceinline__ static Vec load_evict(const T* p, uint64_t policy) {
     static_assert(kBytes == 16, "16-byte vectors");
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
     Raw raw;
-    asm("ld.global.L1::evict_first.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;\n"
-        : "=r"(raw.x), "=r"(raw.y), "=r"(raw.z), "=r"(raw.w)
-        : "l"(p), "l"(policy));
+    if constexpr (kLast) {
+      asm("ld.global.L1::evict_last.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;\n"
+          : "=r"(raw.x), "=r"(raw.y), "=r"(raw.z), "=r"(raw.w) : "l"(p), "l"(policy));
+    } else {
+      asm("ld.global.L1::evict_first.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;\n"
+          : "=r"(raw.x), "=r"(raw.y), "=r"(raw.z), "=r"(raw.w) : "l"(p), "l"(policy));
+    }
     Vec out;
     memcpy(&out, &raw, sizeof(raw));
     return out;
