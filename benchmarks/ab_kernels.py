@@ -107,9 +107,6 @@ VARIANTS = {
         "ours (blocks walk rows)": {"LTX_KERNELS_GRID": "walk"},
         # the weight loaded after each reduction (the default before 2026-12-06 08:00)
         "ours (weight late)": {"LTX_KERNELS_RMS_W": "late"},
-        # candidate (2026-12-07 17:40): the short-row kernel (per-head rows) with inductor's
-        # persistent-reduction cache policies, x evict_first and the weight evict_last
-        "ours (hint: x evict_first, weight evict_last)": {"LTX_KERNELS_RMS_HINT": "triton"},
     },
     "rmsnorm_small": {
         "ours": {},
@@ -167,12 +164,11 @@ VARIANTS = {
         # default since 2026-12-07 10:20: rope_ltx); =0 for none, =1 for every forward
         "ours (interleaved, loads through L1)": {"LTX_KERNELS_ROPE_STREAM": "0"},
         "ours (interleaved, every forward skips L1)": {"LTX_KERNELS_ROPE_STREAM": "1"},
-        # L2 eviction policies of the interleaved forward's accesses (not the stream form): the
-        # tables evict_last by default (inductor's loads; -0.85% on the q/k pair call, H100
-        # 2026-12-07 16:35); none, or candidates: x evict_last too, or the outputs stored evict_first
-        "ours (hint: none, plain table loads)": {"LTX_KERNELS_ROPE_HINT": "none"},
-        "ours (hint: tables + x evict_last)": {"LTX_KERNELS_ROPE_HINT": "tables_last,x_last"},
-        "ours (hint: tables evict_last, outputs evict_first)": {"LTX_KERNELS_ROPE_HINT": "tables_last,out_first"},
+        # L2 eviction policies of the interleaved forward's loads (not the stream form): the
+        # tables and x evict_last by default (q/k pair call: H100 -0.85% for the tables,
+        # 2026-12-07 16:35; H200 -1.2% more for x, 18:32); none, or the tables alone
+        "ours (hint: none, plain loads)": {"LTX_KERNELS_ROPE_HINT": "none"},
+        "ours (hint: tables evict_last only)": {"LTX_KERNELS_ROPE_HINT": "tables_last"},
     },
     "qk": {
         "ours": {},

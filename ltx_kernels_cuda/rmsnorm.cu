@@ -328,14 +328,7 @@ __global__ void __launch_bounds__(kBlock, kDirectMinBlocksW<C, kW>)
 // is loaded once per thread. Why: per-head 64 was 9% slower than a same-bytes copy
 // (20.06 vs 18.0-18.4 µs; inductor, whose layout is this one, 18.34), per-head 128 4%.
 // Measured and chosen in launch_rms_norm_direct.
-// kHint (candidate, LTX_KERNELS_RMS_HINT=triton; R = 4): inductor's persistent-reduction
-// loads, x `evict_first` and the weight `evict_last`, in Triton's form (coherent loads with
-// the same priority in L1 and L2: Vec::load_first / load_last). Why: inductor's per-head
-// kernel is 3% ahead (H100 2026-12-07 15:13: 8064 x 32 x 64 22.16 vs 21.62 µs, x 128 43.67
-// vs 42.59), and the one L2-hint try (2026-12-05 10:24, 1-79% slower) loaded the weight
-// `.L1::no_allocate`, so every row re-read it from L2; the tables' evict_last form won 0.85%
-// for RoPE (2026-12-07 16:35). Predict per-head 64 / 128 -1-3%.
-template <typename T, int kMid, int R, bool kHint = false>
+template <typename T, int kMid, int R>
 __global__ void __launch_bounds__(kBlock, kDirectMinBlocks<R>)
     rms_norm_short_kernel(RmsNormParams p) {
   constexpr int N = 16 / static_cast<int>(sizeof(T));
@@ -350,14 +343,11 @@ __global__ void __launch_bounds__(kBlock, kDirectMinBlocks<R>)
   const int col = rg.lane * N;
   pdl_wait();
   pdl_launch_dependents();
-  [[maybe_unused]] const uint64_t first = kHint ? l2_policy<false>() : 0;
-  [[maybe_unused]] const uint64_t last = kHint ? l2_policy<true>() : 0;
-  auto load_weight = [&] { return kHint ? V::load_last(w + col, last) : V::load(w + col); };
   // The packed form keeps the weight in registers; the others (fp32 math, more live
   // registers) read it again per row, from L1 (a 128-256 byte vector), or they spill.
   V wv;
-  if (kPackedMul && w != nullptr && in_row) wv = load_weight();
-  auto load_w = [&] { return kPackedMul ? wv : load_weight(); };
+  if (kPackedMul && w != nullptr && in_row) wv = V::load(w + col);
+  auto load_w = [&] { return kPackedMul ? wv : V::load(w + col); };
   const int64_t per_iter = static_cast<int64_t>(rg.groups) * R;
   for (int64_t base = blockIdx.x * per_iter; base < p.rows; base += gridDim.x * per_iter) {
     int64_t row[R];
@@ -367,10 +357,7 @@ __global__ void __launch_bounds__(kBlock, kDirectMinBlocks<R>)
     for (int i = 0; i < R; ++i) {
       row[i] = base + i * rg.groups + rg.group;
       live[i] = in_row && row[i] < p.rows;
-      if (live[i]) {
-        const T* xi = x + row[i] * p.x_stride + col;
-        cur[i] = kHint ? V::load_first(xi, first) : V::load(xi);
-      }
+      if (live[i]) cur[i] = V::load(x + row[i] * p.x_stride + col);
     }
     float ss[R];
 #pragma unroll
@@ -430,7 +417,6 @@ bool launch_rms_norm_direct(RmsNormParams p, int vec, int device, cudaStream_t s
     p.tpr = pow2_ceil(nvec);
     const int r = short_rows == "2" ? 2 : 4;
     auto kernel = r == 2 ? rms_norm_short_kernel<T, kMid, 2> : rms_norm_short_kernel<T, kMid, 4>;
-    if (r == 4 && ab_switch("LTX_KERNELS_RMS_HINT") == "triton") kernel = rms_norm_short_kernel<T, kMid, 4, true>;
     launch_rows(kernel, p, kBlock, (kBlock / p.tpr) * r, device, stream, pdl_requested(device));
     C10_CUDA_KERNEL_LAUNCH_CHECK();
     return true;

@@ -90,14 +90,10 @@ struct Unit {
 #pragma unroll
     for (int i = 0; i < U / C; ++i) v[i].store(p + i * C);
   }
-  // With an L2 eviction policy (Vec::load_last / store_l2; 16-byte accesses).
+  // With an L2 eviction policy (Vec::load_last; 16-byte accesses).
   __device__ __forceinline__ void load_last(const T* p, uint64_t policy) {
 #pragma unroll
     for (int i = 0; i < U / C; ++i) v[i] = Vec<T, C>::load_last(p + i * C, policy);
-  }
-  __device__ __forceinline__ void store_l2(T* p, uint64_t policy) const {
-#pragma unroll
-    for (int i = 0; i < U / C; ++i) v[i].store_l2(p + i * C, policy);
   }
   __device__ __forceinline__ float get(int i) const { return to_float(v[i / C].v[i % C]); }
   __device__ __forceinline__ void set(int i, float f) { v[i / C].v[i % C] = from_float<T>(f); }
@@ -203,14 +199,16 @@ constexpr int kLeanMinBlocks = 6;  // sm_86 / 89 / 120: 1 536
 // (RESULTS.md 2026-12-07 14:38, 15:24); inductor's table cache policy was half of it (kHint).
 //
 // kHint (the interleaved forward of 16-byte units of a half dtype with fp32 tables, not
-// kStream; LTX_KERNELS_ROPE_HINT): L2 eviction policies, a mask. kHintTablesLast (the default;
-// =none: plain loads): the tables loaded evict_last, as inductor's kernel for LTX's q/k call
-// loads them (it was 1.8% ahead of ours on the H100 with pair tables). Candidates: kHintXLast,
-// x evict_last too; kHintOutFirst, the outputs stored evict_first. Measured (H100 bf16,
-// RESULTS.md 2026-12-07 16:35, medians of 3): tables evict_last q/k pair 128.26 -> 127.17 µs
-// (compile 126.02), q/k with full tables 170.53 -> 170.46; outputs alone evict_first -0.2% on
-// q/k full tables and nothing elsewhere, evict_last +1.4% there (dropped).
-constexpr int kHintNone = 0, kHintTablesLast = 1, kHintOutFirst = 2, kHintXLast = 4;
+// kStream; LTX_KERNELS_ROPE_HINT): L2 eviction policies, a mask. Default kHintTablesLast |
+// kHintXLast: the tables and x loaded evict_last (inductor's kernel for LTX's q/k call loads the
+// tables so, and re-reads x's pair partner evict_last); =tables_last: the tables alone (the
+// 2026-12-07 16:35 default); =none: plain loads. Measured: H100 bf16 (RESULTS.md 2026-12-07
+// 16:35, medians of 3) tables evict_last q/k pair 128.26 -> 127.17 µs (compile 126.02), q/k
+// full tables 170.53 -> 170.46; H200 bf16 (RESULTS.md 2026-12-07 18:32, medians of 3) q/k pair
+// none 92.54, tables 91.74, tables + x **90.61** (compile 91.36), full tables 120.93 / 120.83 /
+// 120.90 (compile 120.42). Outputs stored evict_first: -0.2% on the H100 q/k full, +0.2% on
+// the H200 pair (dropped); evict_last +1.4% on the H100 (dropped).
+constexpr int kHintNone = 0, kHintTablesLast = 1, kHintXLast = 2;
 
 template <typename Tx, typename Tc, int U, bool kInterleaved, bool kInverse, bool kPacked = false,
           bool kPair = false, bool kStream = false, int kHint = kHintNone>
@@ -248,8 +246,7 @@ __global__ void __launch_bounds__(kBlock, kPacked ? kPackedMinBlocks : kMinBlock
   // first global access, and let the next one be scheduled now.
   pdl_wait();
   pdl_launch_dependents();
-  [[maybe_unused]] const uint64_t keep = kHint & (kHintTablesLast | kHintXLast) ? l2_policy<true>() : 0;
-  [[maybe_unused]] const uint64_t drop = kHint & kHintOutFirst ? l2_policy<false>() : 0;
+  [[maybe_unused]] const uint64_t keep = kHint != kHintNone ? l2_evict_last_policy() : 0;
 
   // Token t = s * batch + b, stepped by the grid without a 64-bit division (a call).
   const uint32_t t0 = blockIdx.x * static_cast<uint32_t>(per_block) + threadIdx.x / group;
@@ -299,13 +296,6 @@ __global__ void __launch_bounds__(kBlock, kPacked ? kPackedMinBlocks : kMinBlock
           sn.template load<kStream>(sr + j * kTabUnit);
         }
         auto rotate = [&](UX& v) { rotate_interleaved_unit<Tx, kUnit, kStep, kInverse, kPair>(v, c, sn); };
-        auto store = [&](const UX& v, Tx* o) {
-          if constexpr ((kHint & kHintOutFirst) != 0) {
-            v.store_l2(o, drop);
-          } else {
-            v.store(o);
-          }
-        };
         for_heads([&](const Tx* x, Tx* o, const Tx* x2, Tx* o2, bool two) {
           UX v, w;
           if constexpr ((kHint & kHintXLast) != 0) {
@@ -316,10 +306,10 @@ __global__ void __launch_bounds__(kBlock, kPacked ? kPackedMinBlocks : kMinBlock
             if (two) w.template load<kStream>(x2 + off);
           }
           rotate(v);
-          store(v, o + off);
+          v.store(o + off);
           if (two) {
             rotate(w);
-            store(w, o2 + off);
+            w.store(o2 + off);
           }
         });
       } else {
@@ -651,10 +641,9 @@ void rope_rotate_launch(const at::Tensor& out0, const at::Tensor& in0, const at:
   int hint = kHintNone;
   if (interleaved && !inverse) {
     const std::string_view hint_switch = ab_switch("LTX_KERNELS_ROPE_HINT");
-    hint = hint_switch == "none"                    ? kHintNone
-           : hint_switch == "tables_last,out_first" ? kHintTablesLast | kHintOutFirst
-           : hint_switch == "tables_last,x_last"    ? kHintTablesLast | kHintXLast
-                                                    : kHintTablesLast;
+    hint = hint_switch == "none"          ? kHintNone
+           : hint_switch == "tables_last" ? kHintTablesLast
+                                          : kHintTablesLast | kHintXLast;
   }
 
   dispatch_float(in0.scalar_type(), [&](auto xt) {
@@ -679,9 +668,8 @@ void rope_rotate_launch(const at::Tensor& out0, const at::Tensor& in0, const at:
                                         : rope_kernel<Tx, Tc, U, true, false, false, false, false, H>,
                                    grid, kBlock, stream, pdl, p);
                       };
-                      constexpr int kT = kHintTablesLast, kTO = kT | kHintOutFirst, kTX = kT | kHintXLast;
+                      constexpr int kT = kHintTablesLast, kTX = kT | kHintXLast;
                       if (hint == kT) return launch_hint(std::integral_constant<int, kT>{});
-                      if (hint == kTO) return launch_hint(std::integral_constant<int, kTO>{});
                       if (hint == kTX) return launch_hint(std::integral_constant<int, kTX>{});
                     }
                     launch_pdl(pair ? rope_kernel<Tx, Tc, U, true, kInv, false, true, kS>

@@ -291,7 +291,7 @@ def test_one_dtype_kernel_decode_candidates(monkeypatch, candidate, rows, d):
 
 
 @requires_gpu
-@pytest.mark.parametrize("r", ["", "2", "4", "0", "hint"], ids=["default", "2", "4", "off", "hint_triton"])
+@pytest.mark.parametrize("r", ["", "2", "4", "0"], ids=["default", "2", "4", "off"])
 @pytest.mark.parametrize("rows,d", [(40000, 128), (9001, 64), (50000, 32), (20011, 200), (20011, 256),
                                     (20011, 120)])
 def test_one_dtype_kernel_short_rows(monkeypatch, r, rows, d):
@@ -300,12 +300,8 @@ def test_one_dtype_kernel_short_rows(monkeypatch, r, rows, d):
     widths, a row of 4 vectors, rows leaving lanes idle (D = 200 bf16: 25 of 32; D = 120:
     15 of 16), and the widest the switch takes (32 vectors: D = 256 half, 128 fp32), over
     more than one wave (decode-sized calls keep the direct kernel), with a last partial
-    iteration; contiguous, and rows of a wider buffer (x and out). "hint": the default rows
-    with the candidate L2 policies (LTX_KERNELS_RMS_HINT=triton: x evict_first, weight
-    evict_last)."""
-    if r == "hint":
-        monkeypatch.setenv("LTX_KERNELS_RMS_HINT", "triton")
-    elif r:
+    iteration; contiguous, and rows of a wider buffer (x and out)."""
+    if r:
         monkeypatch.setenv("LTX_KERNELS_RMS_SHORT", r)
     for x_dtype in DTYPES:
         for semantics in ("llama", "diffusers", "torch"):

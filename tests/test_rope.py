@@ -838,12 +838,11 @@ LOOP = {"LTX_KERNELS_ROPE_LEAN": "0"}
                                  {**LOOP, "LTX_KERNELS_ROPE_WIDE_SLOTS": "all"},
                                  {"LTX_KERNELS_ROPE_STREAM": "0"}, {"LTX_KERNELS_ROPE_STREAM": "1"},
                                  {"LTX_KERNELS_ROPE_HINT": "none"},
-                                 {"LTX_KERNELS_ROPE_HINT": "tables_last,x_last"},
-                                 {"LTX_KERNELS_ROPE_HINT": "tables_last,out_first"}],
+                                 {"LTX_KERNELS_ROPE_HINT": "tables_last"}],
                          ids=["pdl", "no_pdl", "loop_kernel", "loop_kernel_no_pdl", "no_wide_slots",
                               "wide_slots_1", "wide_slots_4", "grid_walk", "no_slots_fit", "wide_slots_all",
                               "interleaved_through_l1", "interleaved_stream_all", "hint_none",
-                              "hint_tables_x_last", "hint_tables_last_out_first"])
+                              "hint_tables_last"])
 def test_pdl_launch_real_shapes(monkeypatch, env):
     """Llama-style calls on rope_half_lean_kernel (the default: one thread per (token, head,
     unit)) with programmatic dependent launch (the default on sm_90+) and without it
@@ -858,8 +857,8 @@ def test_pdl_launch_real_shapes(monkeypatch, env):
     odd 5 + 3 heads 4 instead of 8 from ~1000 tokens), and with the wide slots at any token
     count (=all); the interleaved calls with every load through L1 (LTX_KERNELS_ROPE_STREAM=0;
     by default one head with full tables skips it) and with every forward skipping it (=1), and
-    with the tables' plain loads instead of evict_last ones (LTX_KERNELS_ROPE_HINT=none) or the
-    L2-policy candidates (x evict_last too, the outputs stored evict_first): the
+    with plain loads instead of the tables' and x's evict_last ones (LTX_KERNELS_ROPE_HINT=none)
+    or the tables alone evict_last (=tables_last): the
     RoPE kernels give the same results in both layouts, decode-sized and large, out of place
     and in place."""
     for name, value in env.items():

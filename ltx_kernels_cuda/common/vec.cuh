@@ -161,46 +161,23 @@ struct alignas(sizeof(T) * N) Vec {
     memcpy(&out, &raw, sizeof(raw));
     return out;
   }
-  // load / store with an L2 eviction policy from l2_policy() (16-byte vectors; plain load /
-  // store below sm_80). load_last / load_first are Triton's forms of tl.load(...,
-  // eviction_policy='evict_last' / 'evict_first'): coherent (no .nc), the same priority in L1
-  // (pass the matching policy). RoPE's interleaved forward loads its tables evict_last (what
-  // inductor's kernel for LTX's q/k call does; 0.85% faster there, H100 2026-12-07 16:35).
+  // A load with an L2 eviction policy from l2_evict_last_policy() (16-byte vectors; a plain
+  // load below sm_80): Triton's form of tl.load(..., eviction_policy='evict_last'), coherent
+  // (no .nc), evict_last in L1 too. RoPE's interleaved forward loads its tables and x so (what
+  // inductor's kernel for LTX's q/k call does with its tables; 1.2% faster there on the H200,
+  // RESULTS.md 2026-12-07 18:32). Its evict_first twin and a store with a policy lost or tied
+  // (x of per-head rmsnorm, RoPE's outputs; 2026-12-07 18:32): removed.
   __device__ __forceinline__ static Vec load_last(const T* p, uint64_t policy) {
-    return load_evict<true>(p, policy);
-  }
-  __device__ __forceinline__ static Vec load_first(const T* p, uint64_t policy) {
-    return load_evict<false>(p, policy);
-  }
-  template <bool kLast>
-  __device__ __forceinline__ static Vec load_evict(const T* p, uint64_t policy) {
     static_assert(kBytes == 16, "16-byte vectors");
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
     Raw raw;
-    if constexpr (kLast) {
-      asm("ld.global.L1::evict_last.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;\n"
-          : "=r"(raw.x), "=r"(raw.y), "=r"(raw.z), "=r"(raw.w) : "l"(p), "l"(policy));
-    } else {
-      asm("ld.global.L1::evict_first.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;\n"
-          : "=r"(raw.x), "=r"(raw.y), "=r"(raw.z), "=r"(raw.w) : "l"(p), "l"(policy));
-    }
+    asm("ld.global.L1::evict_last.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;\n"
+        : "=r"(raw.x), "=r"(raw.y), "=r"(raw.z), "=r"(raw.w) : "l"(p), "l"(policy));
     Vec out;
     memcpy(&out, &raw, sizeof(raw));
     return out;
 #else
     return load(p);
-#endif
-  }
-  __device__ __forceinline__ void store_l2(T* p, uint64_t policy) const {
-    static_assert(kBytes == 16, "16-byte vectors");
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    Raw raw;
-    memcpy(&raw, this, sizeof(raw));
-    asm volatile("st.global.L2::cache_hint.v4.b32 [%0], {%1, %2, %3, %4}, %5;\n" ::"l"(p), "r"(raw.x),
-                 "r"(raw.y), "r"(raw.z), "r"(raw.w), "l"(policy)
-                 : "memory");
-#else
-    store(p);
 #endif
   }
   // 16- and 8-byte stores are written as one st.global.v4/v2 in PTX: from a plain uint4
@@ -224,18 +201,12 @@ struct alignas(sizeof(T) * N) Vec {
   }
 };
 
-// An L2 eviction policy for Vec::load_last / load_first / store_l2 (createpolicy, sm_80+; 0
-// below, unused): every line the access touches gets evict_last (kLast) or evict_first
-// priority in L2.
-template <bool kLast>
-__device__ __forceinline__ uint64_t l2_policy() {
+// The L2 eviction policy for Vec::load_last (createpolicy, sm_80+; 0 below, unused): every
+// line the access touches gets evict_last priority in L2.
+__device__ __forceinline__ uint64_t l2_evict_last_policy() {
   uint64_t policy = 0;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  if constexpr (kLast) {
-    asm("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;\n" : "=l"(policy));
-  } else {
-    asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
-  }
+  asm("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;\n" : "=l"(policy));
 #endif
   return policy;
 }
