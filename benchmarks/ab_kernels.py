@@ -166,7 +166,7 @@ VARIANTS = {
         "ours (interleaved, every forward skips L1)": {"LTX_KERNELS_ROPE_STREAM": "1"},
         # L2 eviction policies of the interleaved forward's loads (not the stream form): the
         # tables and x evict_last by default (q/k pair call: H100 -0.85% for the tables,
-        # 2026-12-07 16:35; H200 -1.2% more for x, 18:32); none, or the tables alone
+        # 2026-12-07 16:35; H200 -1.2% more for x, 18:31); none, or the tables alone
         "ours (hint: none, plain loads)": {"LTX_KERNELS_ROPE_HINT": "none"},
         "ours (hint: tables evict_last only)": {"LTX_KERNELS_ROPE_HINT": "tables_last"},
     },

@@ -204,7 +204,7 @@ constexpr int kLeanMinBlocks = 6;  // sm_86 / 89 / 120: 1 536
 // tables so, and re-reads x's pair partner evict_last); =tables_last: the tables alone (the
 // 2026-12-07 16:35 default); =none: plain loads. Measured: H100 bf16 (RESULTS.md 2026-12-07
 // 16:35, medians of 3) tables evict_last q/k pair 128.26 -> 127.17 µs (compile 126.02), q/k
-// full tables 170.53 -> 170.46; H200 bf16 (RESULTS.md 2026-12-07 18:32, medians of 3) q/k pair
+// full tables 170.53 -> 170.46; H200 bf16 (RESULTS.md 2026-12-07 18:31, medians of 3) q/k pair
 // none 92.54, tables 91.74, tables + x **90.61** (compile 91.36), full tables 120.93 / 120.83 /
 // 120.90 (compile 120.42). Outputs stored evict_first: -0.2% on the H100 q/k full, +0.2% on
 // the H200 pair (dropped); evict_last +1.4% on the H100 (dropped).

@@ -165,8 +165,8 @@ struct alignas(sizeof(T) * N) Vec {
   // load below sm_80): Triton's form of tl.load(..., eviction_policy='evict_last'), coherent
   // (no .nc), evict_last in L1 too. RoPE's interleaved forward loads its tables and x so (what
   // inductor's kernel for LTX's q/k call does with its tables; 1.2% faster there on the H200,
-  // RESULTS.md 2026-12-07 18:32). Its evict_first twin and a store with a policy lost or tied
-  // (x of per-head rmsnorm, RoPE's outputs; 2026-12-07 18:32): removed.
+  // RESULTS.md 2026-12-07 18:31). Its evict_first twin and a store with a policy lost or tied
+  // (x of per-head rmsnorm, RoPE's outputs; 2026-12-07 18:31): removed.
   __device__ __forceinline__ static Vec load_last(const T* p, uint64_t policy) {
     static_assert(kBytes == 16, "16-byte vectors");
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
