@@ -32,7 +32,8 @@ def main():
     launchers = {op: (lambda op=op: launch_llama_rows(k, args, op, LLAMA_ROW_SETS[op]))
                  for op in LLAMA_ROW_SETS}
     launchers.update(rope_llama=lambda: launch_rope_llama(k, args),
-                     rope_ltx_qk_pair=lambda: launch_rope_ltx_qk_pair(k, args))
+                     rope_ltx_qk_pair=lambda: launch_rope_ltx_qk_pair(k, args),
+                     qk_prologue=lambda: launch_qk_prologue(k, args))
     for op, launch in launchers.items():
         if op in args.ops.split(","):
             launch()
@@ -53,6 +54,10 @@ def main():
                       lambda a, b, c: bench_ops.ref_adaln_rms(a, b, c)),
             "gated_residual": (lambda: k.gated_residual(x, y, scale),
                                lambda a, b, c: a + b * c),
+            # FLUX / DiT's LayerNorm form: 82% of a same-bytes copy on the H200 (RESULTS.md
+            # 2026-12-07 18:19; the RMS form 96%)
+            "adaln_layer": (lambda: k.adaln(x, scale, shift, None, 1e-6, "layer"),
+                            lambda a, b, c: bench_ops.ref_adaln_layer(a, b, c)),
             "rmsnorm": (lambda: k.rmsnorm(x, w, 1e-6),
                         lambda a, b, c: torch.nn.functional.rms_norm(a, (2048,), w, 1e-6)),
             "gelu_tanh": (lambda: k.gelu_tanh(xa), lambda a, b, c: bench_ops.ref_gelu_tanh(xa)),
@@ -67,7 +72,7 @@ def main():
                 fn = torch.compile(ref, dynamic=False)
                 b = y if op == "gated_residual" else scale
                 for _ in range(2):
-                    fn(x, b, shift if op == "adaln" else scale)
+                    fn(x, b, shift if op.startswith("adaln") else scale)
             torch.cuda.synchronize()
             print(f"launched {op} {dt_name}", flush=True)
 
@@ -75,10 +80,13 @@ def main():
 # Weighted (llama semantics) rmsnorm shapes where ours trails a peer (RESULTS.md 2026-12-05):
 #   rmsnorm_small: decode rows (Llama D = 4096, 1 and 16 rows; per-head 32 x 128), ~0.5 µs per
 #     call behind Liger / inductor under graph replay;
-#   rmsnorm_llama: D = 8192 rows and the per-head norms, 5-8% behind inductor.
+#   rmsnorm_llama: D = 8192 rows and the per-head norms, 5-8% behind inductor;
+#   rmsnorm_8192: 16384 rows of 8192, 1.04 behind inductor on the H200 (RESULTS.md 2026-12-07
+#     18:19; inductor 125.76 µs beats a same-bytes copy, 128.00): bytes or rate?
 LLAMA_ROW_SETS = {
     "rmsnorm_small": ((1, 4096), (16, 4096), (1, 32, 128)),
     "rmsnorm_llama": ((4096, 8192), (8064, 32, 128), (8064, 32, 64)),
+    "rmsnorm_8192": ((16384, 8192),),
 }
 
 
@@ -147,6 +155,21 @@ def launch_rope_ltx_qk_pair(k, args):
         if args.compile:
             fns.append(torch.compile(lambda: bench_ops.ref_rope_ltx_qk_pair(q, kk, cos, sin), dynamic=False))
         launch_each(fns, f"rope_ltx_qk_pair {dt_name}")
+
+
+def launch_qk_prologue(k, args):
+    """LTX's q/k prologue (RMSNorm of q and k, then interleaved RoPE with fp32 [B, S, D] tables)
+    on bench_ops' [2, 8064, 2048] inputs: ours (rmsnorm_rope_qk_kernel) and inductor's kernels
+    of the module sequence. 85% of a same-bytes copy on the H200, 96% on the H100 (RESULTS.md
+    2026-12-07 18:19, 15:13): the table round trip after the reduction is the suspect."""
+    for dt_name in args.dtypes.split(","):
+        dt = getattr(torch, dt_name)
+        inp = bench_ops.qk_prologue_case((2, 8064, 2048), dt, "cuda").inputs()
+        q, kk, qw, kw, cos, sin = (inp[n] for n in ("q", "k", "qw", "kw", "cos", "sin"))
+        fns = [lambda: k.rmsnorm_rope_qk(q, kk, qw, kw, cos, sin, 1e-6)]
+        if args.compile:
+            fns.append(torch.compile(lambda: bench_ops.ref_qk_prologue(q, kk, qw, kw, cos, sin), dynamic=False))
+        launch_each(fns, f"qk_prologue {dt_name}")
 
 
 if __name__ == "__main__":

@@ -4,7 +4,8 @@
 # expression) with Nsight Compute at the LTX-Video shape. Counters, not times: the times
 # are bench_ops.py's. $OUT/ncu_<dtype>.txt: one report per kernel launch profiled.
 #   LTX_PROF_OPS (default adaln,gated_residual,rmsnorm; also gelu_tanh, geglu, rmsnorm_small,
-#   rmsnorm_llama, rope_llama, rope_ltx_qk_pair: benchmarks/profile_ops.py), LTX_PROF_DTYPES (bfloat16,float16),
+#   rmsnorm_llama, rmsnorm_8192, rope_llama, rope_ltx_qk_pair, qk_prologue, adaln_layer:
+#   benchmarks/profile_ops.py), LTX_PROF_DTYPES (bfloat16,float16),
 #   LTX_PROF_TIMEOUT (seconds per dtype, default 240), LTX_PROF_LAUNCHES (default 16),
 #   LTX_PROF_KERNELS (ncu kernel-name regex, default 'adaln|gated|rms|triton'),
 #   LTX_PROF_CACHE (ncu --cache-control: all = caches flushed before each kernel, the default,
