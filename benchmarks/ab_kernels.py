@@ -177,6 +177,9 @@ VARIANTS = {
         # either form for every table layout
         "ours (tables prefetched to L2)": {"LTX_KERNELS_QK_TABLES": "prefetch"},
         "ours (tables not prefetched)": {"LTX_KERNELS_QK_TABLES": "plain"},
+        # candidate (2026-12-07 19:30): the tables loaded into registers with q and k, before the
+        # reduction, at 2 vectors per thread (the H200's 85% of a same-bytes copy)
+        "ours (tables early, 2 vectors per thread)": {"LTX_KERNELS_QK_TABLES": "early"},
         # token i -> (b, s) by the 64-bit division instead of DivU32's multiply (before 2026-12-06 22:00)
         "ours (token split divided)": {"LTX_KERNELS_QK_SPLIT": "divide"},
     },

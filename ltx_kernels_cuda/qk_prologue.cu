@@ -25,6 +25,7 @@ namespace {
 
 constexpr int kCached = 4;           // vectors per thread and tensor held in registers
 constexpr int kTargetPerThread = 4;  // vectors per thread the launch aims for
+constexpr int kEarlyPerThread = 2;   // the same for the early-table form (kEarly)
 constexpr int kBlock = 256;          // threads per block when rows are short
 constexpr int kMaxBlock = 512;       // as rmsnorm.cu: no __launch_bounds__, no spills
 
@@ -132,8 +133,20 @@ __device__ __forceinline__ void prefetch_l2(const void* ptr) {
 // (Full tables queued into shared memory by cp.async with q's and k's loads, so their round
 // trip would not follow the reduction, lost on the H100 by 3-19% and was never timed on an
 // H200: removed 2026-12-07, benchmarks/NOTES.md 2026-12-06.)
-template <typename T, typename Tw, int N, bool kVec, int kTab, bool kPrefetch>
+// kC: vectors per thread and row held in registers (kCached; the early form 2).
+// kEarly (candidate, LTX_KERNELS_QK_TABLES=early; 8-wide calls with tables): the cached
+// vectors' table values loaded into registers with q's and k's loads, before the reduction,
+// at 2 vectors per thread (twice the threads per token) so that they fit: one DRAM round
+// trip per token instead of two. Why: the H200 runs the prologue at 85% of a same-bytes copy
+// (H100 96%; RESULTS.md 2026-12-07 18:19): every token waits for its tables (2/3 of its
+// bytes) after its reduction. sm_90: 118-123 registers (the plain form 126-128; capped for 3
+// blocks of 256 it spilled 66-224 bytes), so 2 blocks of 256 threads per SM either way: 4
+// tokens of 24 KB in flight instead of 8 of 8 KB (their tables after the reduction).
+// Predict H200 [2, 8064, 2048] 149 -> <= 135 µs.
+template <typename T, typename Tw, int N, bool kVec, int kTab, bool kPrefetch, int kC = kCached,
+          bool kEarly = false>
 __device__ __forceinline__ void qk_rows(const QkParams& p) {
+  static_assert(!kEarly || (N >= 2 && !kPrefetch), "the early form: vector calls with tables");
   __shared__ float scratch_mem[kRowScratchFloats];
   RowScratch scratch{scratch_mem};
   using V = Vec<T, N>;
@@ -168,7 +181,7 @@ __device__ __forceinline__ void qk_rows(const QkParams& p) {
     const T* xr[2];
     T* orow[2];
     bool live[2];
-    V cache[2][kCached];
+    V cache[2][kC];
     float ss[2] = {0.f, 0.f};
 #pragma unroll
     for (int t = 0; t < 2; ++t) {
@@ -176,9 +189,26 @@ __device__ __forceinline__ void qk_rows(const QkParams& p) {
       xr[t] = static_cast<const T*>(p.x[t]) + (live[t] ? row : 0) * p.x_stride[t];
       orow[t] = static_cast<T*>(p.out[t]) + (live[t] ? row : 0) * p.out_stride[t];
 #pragma unroll
-      for (int c = 0; c < kCached; ++c) {
+      for (int c = 0; c < kC; ++c) {
         const int j = lane + c * p.tpr;
         if (live[t] && j < nvec) cache[t][c] = load_n<T, N, kVec>(xr[t] + j * N);
+      }
+    }
+    // The table rows (both rows are live together with tables).
+    auto table_row = [&](const float* base, int64_t b_stride, int64_t s_stride) { return base + b * b_stride + s * s_stride; };
+    [[maybe_unused]] float tc[kEarly ? kC : 1][N], ts[kEarly ? kC : 1][N];
+    if constexpr (kEarly) {
+      if (rope && live[0]) {
+        const float* cr = table_row(p.cos, p.cos_b, p.cos_s);
+        const float* sr = table_row(p.sin, p.sin_b, p.sin_s);
+#pragma unroll
+        for (int c = 0; c < kC; ++c) {
+          const int j = lane + c * p.tpr;
+          if (j < nvec) {
+            load_table<N, kVec, kTab>(cr, j, tc[c]);
+            load_table<N, kVec, kTab>(sr, j, ts[c]);
+          }
+        }
       }
     }
     if constexpr (kPrefetch) {
@@ -197,11 +227,11 @@ __device__ __forceinline__ void qk_rows(const QkParams& p) {
 #pragma unroll
     for (int t = 0; t < 2; ++t) {
 #pragma unroll
-      for (int c = 0; c < kCached; ++c) {
+      for (int c = 0; c < kC; ++c) {
         const int j = lane + c * p.tpr;
         if (live[t] && j < nvec) ss[t] += sum_sq<T, N>(cache[t][c]);
       }
-      for (int j = lane + kCached * p.tpr; live[t] && j < nvec; j += p.tpr) {
+      for (int j = lane + kC * p.tpr; live[t] && j < nvec; j += p.tpr) {
         ss[t] += sum_sq<T, N>(load_n<T, N, kVec>(xr[t] + j * N));
       }
     }
@@ -212,20 +242,30 @@ __device__ __forceinline__ void qk_rows(const QkParams& p) {
     }
 
     // The table rows, found after the reduction: they hold no registers across it.
-    const float* crow = rope ? p.cos + b * p.cos_b + s * p.cos_s : nullptr;
-    const float* srow = rope ? p.sin + b * p.sin_b + s * p.sin_s : nullptr;
-    // One vector j of both rows: normalise, rotate with the table values read once.
-    auto finish = [&](int j, const V& vq, const V& vk) {
+    const float* crow = rope ? table_row(p.cos, p.cos_b, p.cos_s) : nullptr;
+    const float* srow = rope ? table_row(p.sin, p.sin_b, p.sin_s) : nullptr;
+    // One vector j of both rows: normalise, rotate with the table values read once (or
+    // loaded early: pre, the cached vector c's tc / ts).
+    auto finish = [&](int j, const V& vq, const V& vk, auto pre, int c) {
+      [[maybe_unused]] constexpr bool kPre = decltype(pre)::value;  // (unused when N == 1)
       float n[2][N];
       if (live[0]) normalise<T, Tw, N, kVec>(vq, static_cast<const Tw*>(p.w[0]), j, inv[0], n[0]);
       if (live[1]) normalise<T, Tw, N, kVec>(vk, static_cast<const Tw*>(p.w[1]), j, inv[1], n[1]);
       if constexpr (N >= 2) {
         if (rope) {  // with tables, both rows are live together
-          float c[N], s[N];
-          load_table<N, kVec, kTab>(crow, j, c);
-          load_table<N, kVec, kTab>(srow, j, s);
-          store_rotated<T, N, kVec>(n[0], c, s, orow[0] + j * N);
-          store_rotated<T, N, kVec>(n[1], c, s, orow[1] + j * N);
+          float cv[N], sv[N];
+          if constexpr (kPre) {
+#pragma unroll
+            for (int k = 0; k < N; ++k) {
+              cv[k] = tc[c][k];
+              sv[k] = ts[c][k];
+            }
+          } else {
+            load_table<N, kVec, kTab>(crow, j, cv);
+            load_table<N, kVec, kTab>(srow, j, sv);
+          }
+          store_rotated<T, N, kVec>(n[0], cv, sv, orow[0] + j * N);
+          store_rotated<T, N, kVec>(n[1], cv, sv, orow[1] + j * N);
           return;
         }
       }
@@ -235,21 +275,22 @@ __device__ __forceinline__ void qk_rows(const QkParams& p) {
       }
     };
 #pragma unroll
-    for (int c = 0; c < kCached; ++c) {
+    for (int c = 0; c < kC; ++c) {
       const int j = lane + c * p.tpr;
-      if ((live[0] || live[1]) && j < nvec) finish(j, cache[0][c], cache[1][c]);
+      if ((live[0] || live[1]) && j < nvec) finish(j, cache[0][c], cache[1][c], std::bool_constant<kEarly>{}, c);
     }
-    for (int j = lane + kCached * p.tpr; (live[0] || live[1]) && j < nvec; j += p.tpr) {
+    for (int j = lane + kC * p.tpr; (live[0] || live[1]) && j < nvec; j += p.tpr) {
       const V vq = live[0] ? load_n<T, N, kVec>(xr[0] + j * N) : V{};
       const V vk = live[1] ? load_n<T, N, kVec>(xr[1] + j * N) : V{};
-      finish(j, vq, vk);
+      finish(j, vq, vk, std::false_type{}, 0);
     }
   }
 }
 
-template <typename T, typename Tw, int N, bool kVec, int kTab, bool kPrefetch = false>
+template <typename T, typename Tw, int N, bool kVec, int kTab, bool kPrefetch = false, int kC = kCached,
+          bool kEarly = false>
 __global__ void rmsnorm_rope_qk_kernel(QkParams p) {
-  qk_rows<T, Tw, N, kVec, kTab, kPrefetch>(p);
+  qk_rows<T, Tw, N, kVec, kTab, kPrefetch, kC, kEarly>(p);
 }
 
 }  // namespace
@@ -324,7 +365,12 @@ void rmsnorm_rope_qk_launch(const at::Tensor& q_out2d, const at::Tensor& q2d,
   if (vec < 4) vec = p.cols % 2 == 0 ? 2 : 1;
 
   const int64_t nvec = p.cols / vec;
-  const int tpr_wanted = std::min(kMaxBlock, pow2_ceil(ceil_div(nvec, kTargetPerThread)));
+  // LTX_KERNELS_QK_TABLES (read per call: an A/B switch): prefetch / plain force either form;
+  // early takes the candidate early-table form (kEarly) for 8-wide calls with tables.
+  const std::string_view tables_switch = ab_switch("LTX_KERNELS_QK_TABLES");
+  const bool early = rope && vec == 8 && tables_switch == "early";
+  const int per_thread = early ? kEarlyPerThread : kTargetPerThread;
+  const int tpr_wanted = std::min(kMaxBlock, pow2_ceil(ceil_div(nvec, per_thread)));
   auto launch_kernel = [&](auto kernel) {
     launch_rows_pow2(kernel, p, tpr_wanted, kBlock, p.tokens, device, stream);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
@@ -338,8 +384,6 @@ void rmsnorm_rope_qk_launch(const at::Tensor& q_out2d, const at::Tensor& q2d,
   // (RESULTS.md, clean cold L2, medians of 3): pair tables 139.20 -> 135.42 µs, full shared
   // tables 153.52 -> 148.48; but per-batch [B, S, D] tables (diffusers' LTX pipeline) 178.59 ->
   // 181.41, so those keep the plain form. One batch entry was not timed: plain.
-  // LTX_KERNELS_QK_TABLES (read per call: an A/B switch): prefetch / plain force either form.
-  const std::string_view tables_switch = ab_switch("LTX_KERNELS_QK_TABLES");
   const bool shared_tables = p.batch > 1 && p.cos_b == 0 && p.sin_b == 0;
   const bool prefetch = rope && vec == 8 && tables_switch != "plain" &&
                         (tables_switch == "prefetch" || shared_tables);
@@ -353,6 +397,10 @@ void rmsnorm_rope_qk_launch(const at::Tensor& q_out2d, const at::Tensor& q2d,
         switch (vec) {
           case 8:
             if constexpr (8 * widest <= 16) {
+              if (early) {
+                return launch(rmsnorm_rope_qk_kernel<T, Tw, 8, true, kFullTables, false, kEarlyPerThread, true>,
+                              rmsnorm_rope_qk_kernel<T, Tw, 8, true, kPairTables, false, kEarlyPerThread, true>);
+              }
               if (prefetch) {
                 return launch(rmsnorm_rope_qk_kernel<T, Tw, 8, true, kFullTables, true>,
                               rmsnorm_rope_qk_kernel<T, Tw, 8, true, kPairTables, true>);

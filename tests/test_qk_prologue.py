@@ -255,7 +255,8 @@ def test_gpu_grid_walk(monkeypatch):
 @pytest.mark.parametrize("d", [2048, 4096, 128])
 def test_gpu_tables_prefetch(monkeypatch, dtype, d):
     """The form that asks for the token's table rows in L2 before the reduction
-    (LTX_KERNELS_QK_TABLES=prefetch; the default for tables the batch shares) gives the plain
+    (LTX_KERNELS_QK_TABLES=prefetch; the default for tables the batch shares) and the candidate
+    that loads them into registers with q and k (=early, 2 vectors per thread) give the plain
     form's bits (LTX_KERNELS_QK_TABLES=plain) for every table form:
     [B, S, D] full tables, a stride-0 batch, [S, D], pair tables [B, S, D/2], and table rows
     that start 16 bytes past a 128-byte line (its last line prefetched too); the default with
@@ -277,10 +278,10 @@ def test_gpu_tables_prefetch(monkeypatch, dtype, d):
              "offset rows": (wide[..., 4:], fs)}
     for name, (c, s) in forms.items():
         outs = []
-        for switch in ("plain", "prefetch", ""):  # "": the default's choice
+        for switch in ("plain", "prefetch", "early", ""):  # "": the default's choice
             monkeypatch.setenv("LTX_KERNELS_QK_TABLES", switch)
             outs.append(kernel.rmsnorm_rope_qk(q, k, nq.weight, nk.weight, c, s, 1e-5))
-        (dq, dk), (pq, pk), (fq, fk) = outs
+        (dq, dk), (pq, pk), (eq, ek), (fq, fk) = outs
         # the token split by the 64-bit division (LTX_KERNELS_QK_SPLIT=divide) instead of DivU32's multiply
         monkeypatch.setenv("LTX_KERNELS_QK_TABLES", "")
         monkeypatch.setenv("LTX_KERNELS_QK_SPLIT", "divide")
@@ -288,6 +289,7 @@ def test_gpu_tables_prefetch(monkeypatch, dtype, d):
         monkeypatch.delenv("LTX_KERNELS_QK_SPLIT")
         assert torch.equal(vq, fq) and torch.equal(vk, fk), f"{name}: divided token split differs from DivU32's"
         assert torch.equal(dq, pq) and torch.equal(dk, pk), f"{name}: prefetch form differs from the plain one"
+        assert torch.equal(dq, eq) and torch.equal(dk, ek), f"{name}: early-table form differs from the plain one"
         assert torch.equal(dq, fq) and torch.equal(dk, fk), f"{name}: the default differs from the plain form"
         if name == "full":
             rq, rk = eager(q, k, nq, nk, c, s)
