@@ -775,7 +775,7 @@ def cold_l2_us(fn, flush, warmup_ms=25, rep_ms=100):
     host_us = (time.perf_counter() - t0) * 1e6 / 5  # enqueue time per iteration
     torch.cuda.synchronize()
     gpu_us = s.elapsed_time(e) * 1e3 / 5
-    spin_us = 2.0 * host_us - gpu_us if 2.0 * host_us > gpu_us else 0.0
+    spin_us = max(0.0, 2.0 * host_us - gpu_us)
     spin_cycles = int(spin_us * spin_cycles_per_us()) if spin_us > 0 else 0
     last_host_lead = (host_us, spin_us)
 

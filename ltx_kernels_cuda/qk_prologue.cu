@@ -213,8 +213,8 @@ __device__ __forceinline__ void qk_rows(const QkParams& p) {
     }
     if constexpr (kPrefetch) {
       if (rope && i < p.tokens) {
-        const char* rows[2] = {reinterpret_cast<const char*>(p.cos + b * p.cos_b + s * p.cos_s),
-                               reinterpret_cast<const char*>(p.sin + b * p.sin_b + s * p.sin_s)};
+        const char* rows[2] = {reinterpret_cast<const char*>(table_row(p.cos, p.cos_b, p.cos_s)),
+                               reinterpret_cast<const char*>(table_row(p.sin, p.sin_b, p.sin_s))};
         const int row_bytes = p.cols * static_cast<int>(sizeof(float)) / (kTab == kPairTables ? 2 : 1);
 #pragma unroll
         for (int t = 0; t < 2; ++t) {
