@@ -31,8 +31,19 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 if [[ ":${PYTHONPATH:-}:" == *":/tmp/site:"* ]]; then
   :  # a device script sourcing this already installed them (device_perf.sh -> device_profile.sh)
 elif ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/site .whl/*.whl || exit 1
+  # Installed once per machine: a warm machine's next call finds the same wheels in place.
+  wheels=$(ls -l .whl/*.whl | sha256sum | cut -c1-16)
+  if [ "$(cat /tmp/site/.ltx_wheels 2>/dev/null)" != "$wheels" ]; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+      --target /tmp/site .whl/*.whl || exit 1
+    # pip stamps every file it writes with the current time, so FlashInfer's JIT cache (carried
+    # in .devcache, or left by the previous call) looked older than its sources and ninja
+    # rebuilt it all in every call: rmsnorm 42-50 s, rope 47-58 s beside our build (warm_peers.log
+    # of 2026-12-07 15:13, 18:19 and 18:27, the last on a warm machine with the cache in place).
+    # Old times on the installed files leave those outputs current; nothing else reads them.
+    find /tmp/site -exec touch -h -d 2000-01-01 {} +
+    echo "$wheels" > /tmp/site/.ltx_wheels
+  fi
   export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 else
   echo "warning: no .whl/ carried: kernels (needed), Liger and FlashInfer (peers) will be missing" >&2
