@@ -541,12 +541,19 @@ constexpr bool mod_staged(int mod) { return mod == kModStaged || mod == kModStag
 // Blocks of kDirectBlock threads per SM the register cap aims for. CUDA 13.0's ptxas
 // spills 8 bytes of the bf16 LayerNorm instantiation on sm_120 under the cap for 4.
 // C = 2 (per-token modulation, below) holds half the vectors, so 4 blocks fit even loading early.
+// C = 8 (the late form only: the candidate below) aims for 3, 96 KB of x in flight per SM;
+// 2 on sm_100 / 120, where its bf16 instantiations spilled 44-204 bytes under the cap for 3.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1000
+constexpr int kAdaDirectC8Blocks = 2;
+#else
+constexpr int kAdaDirectC8Blocks = 3;
+#endif
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1200
 template <int kMod, int C>
-constexpr int kAdaDirectMinBlocks = C <= 2 ? 4 : kMod == kModEarly ? 2 : 3;
+constexpr int kAdaDirectMinBlocks = C <= 2 ? 4 : C >= 8 ? kAdaDirectC8Blocks : kMod == kModEarly ? 2 : 3;
 #else
 template <int kMod, int C>
-constexpr int kAdaDirectMinBlocks = C <= 2 ? 4 : kMod == kModEarly ? 2 : 4;
+constexpr int kAdaDirectMinBlocks = C <= 2 ? 4 : C >= 8 ? kAdaDirectC8Blocks : kMod == kModEarly ? 2 : 4;
 #endif
 
 // C: vectors of a row per thread: 4 when staged (the default where it fits, see
@@ -559,6 +566,13 @@ constexpr int kAdaDirectMinBlocks = C <= 2 ? 4 : kMod == kModEarly ? 2 : 4;
 // C = 1 (one vector per thread, a row per block at D = 2048, 42-48 registers, 5-6 blocks per
 // SM, as inductor's 512-thread-per-row kernels) lost everywhere: H100 bf16 2026-12-05 21:28,
 // [2, 8064, 2048] broadcast 45.57 -> 60.0 µs, per-token 86.05 -> 87.06, LayerNorm 48.1 -> 71.4.
+// C = 8 (candidate, LTX_KERNELS_ADALN_C=8; the late form, whose modulation needs no slots:
+// staged it would need 64 KB of static shared memory): a warp per row at D = 2048 (tpr 32),
+// so no barrier in the row's reduction and each warp's rows progress on their own, and 3
+// blocks of 256 per SM hold 96 KB of x in flight where C = 4 holds 64 KB. Why: the H200 runs
+// LayerNorm [2, 8064, 2048] at 82% of a same-bytes copy (RESULTS.md 2026-12-07 18:19) where
+// RMS reaches 95% and the H100 has the two level: the H200's rate needs more bytes in flight
+// than 4 blocks give while LayerNorm's longer statistics chain keeps them from loading.
 template <typename T, bool kLayer, int kMod, int C>
 __global__ void __launch_bounds__(kDirectBlock, kAdaDirectMinBlocks<kMod, C>)
     adaln_direct_kernel(AdaLnParams p) {
@@ -615,6 +629,15 @@ __global__ void __launch_bounds__(kDirectBlock, kAdaDirectMinBlocks<kMod, C>)
       cp_async_commit();
     }
     V xc[C], sc[CM], hc[CM];
+    if constexpr (C >= 8) {
+      // Zeroed first: bf16 vectors loaded under a condition were otherwise merged and spilled
+      // in 16-bit pieces at the 3-block register cap (sm_90, STL.S16).
+#pragma unroll
+      for (int i = 0; i < C; ++i) {
+        const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
+        memcpy(&xc[i], &zero, sizeof(zero));
+      }
+    }
 #pragma unroll
     for (int i = 0; i < C; ++i) {
       const int j = lane + i * p.tpr;
@@ -705,12 +728,16 @@ bool launch_adaln_direct(AdaLnParams p, int vec, int mod, bool per_token, int de
     mod = staged_fits<T, kLayer>(device) ? (per_token ? kModStagedStream : kModStaged)
                                          : (per_token ? kModEarly : kModLate);
   }
-  // C = 2 for per-token rows in the register forms (see the kernel), unless forced.
+  // C = 2 for per-token rows in the register forms (see the kernel), unless forced; C = 8
+  // only when forced (a candidate), and then late.
   const std::string_view c_switch = ab_switch("LTX_KERNELS_ADALN_C");
-  const bool c2 = nvec <= 2LL * kDirectBlock &&
+  const bool c8 = c_switch == "8";
+  if (c8) mod = kModLate;
+  const bool c2 = !c8 && nvec <= 2LL * kDirectBlock &&
                   (c_switch == "2" || (c_switch != "4" && per_token && !mod_staged(mod)));
-  p.tpr = pow2_ceil(ceil_div(nvec, c2 ? 2 : kDirectCached));
-  set_ln_merge(p, vec, c2 ? 2 : kDirectCached);
+  const int cached = c8 ? 8 : c2 ? 2 : kDirectCached;
+  p.tpr = pow2_ceil(ceil_div(nvec, cached));
+  set_ln_merge(p, vec, cached);
   const int64_t groups = kDirectBlock / p.tpr;
   auto go = [&](auto c) {
     constexpr int C = decltype(c)::value;
@@ -722,7 +749,13 @@ bool launch_adaln_direct(AdaLnParams p, int vec, int mod, bool per_token, int de
       default: run(adaln_direct_kernel<T, kLayer, kModLate, C>); break;
     }
   };
-  c2 ? go(std::integral_constant<int, 2>{}) : go(std::integral_constant<int, kDirectCached>{});
+  if (c8) {
+    launch_rows(adaln_direct_kernel<T, kLayer, kModLate, 8>, p, kDirectBlock, groups, device, stream);
+  } else if (c2) {
+    go(std::integral_constant<int, 2>{});
+  } else {
+    go(std::integral_constant<int, kDirectCached>{});
+  }
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return true;
 }
