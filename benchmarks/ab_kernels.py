@@ -185,6 +185,9 @@ VARIANTS = {
         "ours (tables early, 2 vectors per thread)": {"LTX_KERNELS_QK_TABLES": "early"},
         # token i -> (b, s) by the 64-bit division instead of DivU32's multiply (before 2026-12-06 22:00)
         "ours (token split divided)": {"LTX_KERNELS_QK_SPLIT": "divide"},
+        # at most 2 blocks per SM: the occupancy of the 8-wide forms before Vec::set_zero
+        # (2026-12-07 21:30: sm_90 bf16 126-128 registers -> 80, 2 -> 3 blocks of 256 per SM)
+        "ours (2 blocks per SM, as before)": {"LTX_KERNELS_BLOCKS_PER_SM": "2"},
     },
     "rope_small": {
         "ours": {},

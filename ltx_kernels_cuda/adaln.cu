@@ -630,13 +630,9 @@ __global__ void __launch_bounds__(kDirectBlock, kAdaDirectMinBlocks<kMod, C>)
     }
     V xc[C], sc[CM], hc[CM];
     if constexpr (C >= 8) {
-      // Zeroed first: bf16 vectors loaded under a condition were otherwise merged and spilled
-      // in 16-bit pieces at the 3-block register cap (sm_90, STL.S16).
+      // Zeroed first (Vec::set_zero): bf16 spilled in 16-bit pieces at the 3-block cap otherwise.
 #pragma unroll
-      for (int i = 0; i < C; ++i) {
-        const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
-        memcpy(&xc[i], &zero, sizeof(zero));
-      }
+      for (int i = 0; i < C; ++i) xc[i].set_zero();
     }
 #pragma unroll
     for (int i = 0; i < C; ++i) {

@@ -139,10 +139,13 @@ __device__ __forceinline__ void prefetch_l2(const void* ptr) {
 // at 2 vectors per thread (twice the threads per token) so that they fit: one DRAM round
 // trip per token instead of two. Why: the H200 runs the prologue at 85% of a same-bytes copy
 // (H100 96%; RESULTS.md 2026-12-07 18:19): every token waits for its tables (2/3 of its
-// bytes) after its reduction. sm_90: 118-123 registers (the plain form 126-128; capped for 3
-// blocks of 256 it spilled 66-224 bytes), so 2 blocks of 256 threads per SM either way: 4
-// tokens of 24 KB in flight instead of 8 of 8 KB (their tables after the reduction).
-// Predict H200 [2, 8064, 2048] 149 -> <= 135 µs.
+// bytes) after its reduction. sm_90 bf16 at first 118-123 registers (the plain form 126-128),
+// so 2 blocks of 256 threads per SM either way: 4 tokens of 24 KB in flight instead of 8 of
+// 8 KB (their tables after the reduction). Predict H200 [2, 8064, 2048] 149 -> <= 135 µs.
+// Since q's and k's cached vectors are zeroed before their loads (Vec::set_zero, below), the
+// sm_90 bf16 full-table forms take 80 registers, plain and early alike (3 blocks of 256 per
+// SM; 12 tokens of 8 KB in flight in the plain form), pair tables 92-96 (still 2). Not yet
+// timed; LTX_KERNELS_BLOCKS_PER_SM=2 (common/row_order.cuh) gives the old occupancy back.
 template <typename T, typename Tw, int N, bool kVec, int kTab, bool kPrefetch, int kC = kCached,
           bool kEarly = false>
 __device__ __forceinline__ void qk_rows(const QkParams& p) {
@@ -181,7 +184,14 @@ __device__ __forceinline__ void qk_rows(const QkParams& p) {
     const T* xr[2];
     T* orow[2];
     bool live[2];
+    // Zeroed first (Vec::set_zero): sm_90 bf16 8-wide 126-128 -> 80 registers (3 blocks of 256
+    // per SM instead of 2), fp16 92 -> 80, the early-table form 118-123 -> 80-96.
     V cache[2][kC];
+#pragma unroll
+    for (int t = 0; t < 2; ++t) {
+#pragma unroll
+      for (int c = 0; c < kC; ++c) cache[t][c].set_zero();
+    }
     float ss[2] = {0.f, 0.f};
 #pragma unroll
     for (int t = 0; t < 2; ++t) {

@@ -260,8 +260,8 @@ def test_gpu_tables_prefetch(monkeypatch, dtype, d):
     form's bits (LTX_KERNELS_QK_TABLES=plain) for every table form:
     [B, S, D] full tables, a stride-0 batch, [S, D], pair tables [B, S, D/2], and table rows
     that start 16 bytes past a 128-byte line (its last line prefetched too); the default with
-    the token split by the 64-bit division (LTX_KERNELS_QK_SPLIT=divide); and eager's result
-    with the full tables."""
+    the token split by the 64-bit division (LTX_KERNELS_QK_SPLIT=divide) and held to 2 blocks
+    per SM (LTX_KERNELS_BLOCKS_PER_SM=2); and eager's result with the full tables."""
     dev = "cuda"
     batch, seq = 2, 1031
     q = torch.randn(batch, seq, d, device=dev).mul(3).to(dtype)
@@ -291,6 +291,12 @@ def test_gpu_tables_prefetch(monkeypatch, dtype, d):
         assert torch.equal(dq, pq) and torch.equal(dk, pk), f"{name}: prefetch form differs from the plain one"
         assert torch.equal(dq, eq) and torch.equal(dk, ek), f"{name}: early-table form differs from the plain one"
         assert torch.equal(dq, fq) and torch.equal(dk, fk), f"{name}: the default differs from the plain form"
+        # the default held to 2 blocks per SM (LTX_KERNELS_BLOCKS_PER_SM: dynamic shared memory
+        # asked for only to cap occupancy; its A/B baseline)
+        monkeypatch.setenv("LTX_KERNELS_BLOCKS_PER_SM", "2")
+        bq, bk = kernel.rmsnorm_rope_qk(q, k, nq.weight, nk.weight, c, s, 1e-5)
+        monkeypatch.delenv("LTX_KERNELS_BLOCKS_PER_SM")
+        assert torch.equal(bq, fq) and torch.equal(bk, fk), f"{name}: 2 blocks per SM differs from the default"
         if name == "full":
             rq, rk = eager(q, k, nq, nk, c, s)
             assert_matches_eager(pq, rq, "q")

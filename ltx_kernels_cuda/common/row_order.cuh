@@ -47,6 +47,38 @@ void launch_rows(void (*kernel)(Params), const Params& p, int block, int64_t gro
              stream, pdl, p);
 }
 
+// LTX_KERNELS_BLOCKS_PER_SM=n (a developer's A/B switch, read per call; the kernels
+// launch_rows_pow2 starts, which use no dynamic shared memory): at most n blocks per SM, by
+// asking for dynamic shared memory that n + 1 blocks would not fit. It times a kernel at the
+// occupancy an older register count gave it (the q/k prologue: 2 blocks of 256 threads per SM
+// at 126-128 registers before 2026-12-07, 3 at 80 since Vec::set_zero). The shared memory
+// taken also shrinks L1 (the carve-out): a confound where a kernel rereads through L1.
+// Returns the dynamic bytes to launch with (0: no cap asked, or the kernel's own shared
+// memory caps it already).
+inline size_t occupancy_cap_smem(const void* kernel, int device) {
+  const std::string_view v = ab_switch("LTX_KERNELS_BLOCKS_PER_SM");
+  if (v.empty() || v.size() > 2) return 0;
+  int n = 0;
+  for (const char c : v) {
+    if (c < '0' || c > '9') return 0;  // not a count: no cap
+    n = n * 10 + (c - '0');
+  }
+  if (n == 0) return 0;
+  int per_sm = 0, reserved = 0;
+  C10_CUDA_CHECK(cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device));
+  C10_CUDA_CHECK(cudaDeviceGetAttribute(&reserved, cudaDevAttrReservedSharedMemoryPerBlock, device));
+  cudaFuncAttributes attr;
+  C10_CUDA_CHECK(cudaFuncGetAttributes(&attr, kernel));
+  // Per block, rounded up to 1 KB (above any allocation granularity): n still fit, n + 1 not.
+  const size_t need = (static_cast<size_t>(per_sm) / (n + 1) / 1024 + 1) * 1024;
+  const size_t fixed = attr.sharedSizeBytes + static_cast<size_t>(reserved);
+  if (need <= fixed) return 0;
+  const size_t dyn = need - fixed;
+  C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      static_cast<int>(dyn)));
+  return dyn;
+}
+
 // Launches kernel(p) for the row kernels that take any power-of-two tpr (rms_norm_kernel,
 // the q/k prologue, the norm backward kernels): p.tpr = tpr_wanted, halved while above the
 // compiled kernel's thread limit (registers decide it); blocks of max(tpr, min_block)
@@ -55,11 +87,12 @@ void launch_rows(void (*kernel)(Params), const Params& p, int block, int64_t gro
 template <typename Params>
 void launch_rows_pow2(void (*kernel)(Params), Params& p, int tpr_wanted, int min_block,
                       int64_t rows, int device, cudaStream_t stream) {
-  const int limit = max_block_threads(reinterpret_cast<const void*>(kernel), device);
+  const void* k = reinterpret_cast<const void*>(kernel);
+  const int limit = max_block_threads(k, device);
   p.tpr = tpr_wanted;
   while (p.tpr > limit) p.tpr /= 2;  // any power of two is correct
   const int block = std::min(std::max(p.tpr, min_block), limit) / p.tpr * p.tpr;
-  kernel<<<row_grid(rows, block / p.tpr, 64, device), block, 0, stream>>>(p);
+  kernel<<<row_grid(rows, block / p.tpr, 64, device), block, occupancy_cap_smem(k, device), stream>>>(p);
 }
 
 }  // namespace ltx::cuda

@@ -142,6 +142,15 @@ struct alignas(sizeof(T) * N) Vec {
   using Raw = typename RawOf<kBytes>::type;
   T v[N];
 
+  // Sets all bits to zero, written as one raw word (not element by element). A register
+  // array of vectors that a kernel loads under conditions (rows past the end, lanes past the
+  // row) is best zeroed so first: left undefined, or zeroed by assigning a zero Vec (its
+  // elements copied one by one), nvcc 13.0 kept bf16 vectors as 16-bit pieces on sm_90 (q/k
+  // prologue 122-128 registers instead of 80; AdaLN C = 8 spilled them as STL.S16 at its cap).
+  __device__ __forceinline__ void set_zero() {
+    const Raw raw{};
+    memcpy(this, &raw, sizeof(raw));
+  }
   // p must be aligned to kBytes (the host guarantees it when choosing N).
   __device__ __forceinline__ static Vec load(const T* p) {
     const Raw raw = __ldg(reinterpret_cast<const Raw*>(p));
