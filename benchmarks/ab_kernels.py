@@ -123,6 +123,9 @@ VARIANTS = {
         # candidate (2026-12-07): 8 vectors per thread, late, a warp per row at D = 2048, no
         # barrier, 3 blocks per SM (96 KB of x in flight against C = 4's 64 KB)
         "ours (C=8, late, a warp per row)": {"LTX_KERNELS_ADALN_C": "8"},
+        # the default at 4 blocks per SM, its occupancy before x was zeroed first (2026-12-07:
+        # sm_90 64 -> 48 registers, 5 blocks)
+        "ours (4 blocks per SM, as before)": {"LTX_KERNELS_BLOCKS_PER_SM": "4"},
         # the defaults before staging (2026-12-06): late for broadcast, C = 2 early per token
         "ours (modulation late)": {"LTX_KERNELS_ADALN_MOD": "late"},
         "ours (modulation early)": {"LTX_KERNELS_ADALN_MOD": "early"},

@@ -515,7 +515,7 @@ __global__ void LTX_STREAM_BOUNDS adaln_stream_kernel(AdaLnParams p, int64_t chu
 // reads), at the price of registers (sm_90: 90-106 against 56-64, so 2 blocks per SM
 // instead of 4; capped for 3 it spilled in bf16); late: after it. Staged (kModStaged, the
 // default where it fits): queued with x into shared memory by cp.async, early at no
-// register cost (sm_90: 55-64 registers, 4 blocks per SM).
+// register cost (sm_90: 55-64 registers, 4 blocks per SM; 48 and 5 since x is zeroed first).
 // Rounding: the Plain form of adaln_launch (norm, 1 + scale, product and sum each rounded
 // to T once, like eager's ops), the product and the sum as packed pair ops (mul_rn /
 // add_rn in common/vec.cuh), as in adaln_stream_kernel. Rows: grid-stride
@@ -538,23 +538,30 @@ constexpr int kModLate = 0, kModEarly = 1, kModStaged = 2, kModStagedStream = 3;
 // The forms that queue the modulation into shared memory.
 constexpr bool mod_staged(int mod) { return mod == kModStaged || mod == kModStagedStream; }
 
-// Blocks of kDirectBlock threads per SM the register cap aims for. CUDA 13.0's ptxas
-// spills 8 bytes of the bf16 LayerNorm instantiation on sm_120 under the cap for 4.
-// C = 2 (per-token modulation, below) holds half the vectors, so 4 blocks fit even loading early.
-// C = 8 (the late form only: the candidate below) aims for 3, 96 KB of x in flight per SM;
-// 2 on sm_100 / 120, where its bf16 instantiations spilled 44-204 bytes under the cap for 3.
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1000
-constexpr int kAdaDirectC8Blocks = 2;
-#else
-constexpr int kAdaDirectC8Blocks = 3;
-#endif
+// Blocks of kDirectBlock threads per SM the register cap aims for (kAdaDirectMinBlocks).
+// C = 4 late / staged: 5 on sm_80-90 (80 KB of x in flight per SM), since x is zeroed before
+// its conditional loads (Vec::set_zero, 2026-12-07: the bf16 forms need 48 registers, not 64;
+// 4 blocks before, LTX_KERNELS_BLOCKS_PER_SM=4 gives that back); 4 on sm_75 (1024 threads
+// per SM) and sm_100 (CUDA 13.0's ptxas spilled 12-124 bytes of the bf16 forms there under
+// the cap for 5); 3 on sm_120 (it spilled 8 bytes of the bf16 LayerNorm instantiation there
+// under the cap for 4). C = 4 early: 2. C = 2 (per-token modulation,
+// below) holds half the vectors: 4 even loading early. C = 8 (the late form only: the
+// candidate below): 3, 96 KB of x in flight per SM; 2 on sm_100 / 120, where its bf16
+// instantiations spilled 44-204 bytes under the cap for 3.
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1200
-template <int kMod, int C>
-constexpr int kAdaDirectMinBlocks = C <= 2 ? 4 : C >= 8 ? kAdaDirectC8Blocks : kMod == kModEarly ? 2 : 3;
+constexpr int kAdaDirectC4Blocks = 3, kAdaDirectC8Blocks = 2;
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1000
+constexpr int kAdaDirectC4Blocks = 4, kAdaDirectC8Blocks = 2;
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+constexpr int kAdaDirectC4Blocks = 5, kAdaDirectC8Blocks = 3;
 #else
-template <int kMod, int C>
-constexpr int kAdaDirectMinBlocks = C <= 2 ? 4 : C >= 8 ? kAdaDirectC8Blocks : kMod == kModEarly ? 2 : 4;
+constexpr int kAdaDirectC4Blocks = 4, kAdaDirectC8Blocks = 3;
 #endif
+template <int kMod, int C>
+constexpr int kAdaDirectMinBlocks = C <= 2                ? 4
+                                    : C >= 8              ? kAdaDirectC8Blocks
+                                    : kMod == kModEarly   ? 2
+                                                          : kAdaDirectC4Blocks;
 
 // C: vectors of a row per thread: 4 when staged (the default where it fits, see
 // launch_adaln_direct); in the register forms 2 for per-token modulation (loaded early) with
@@ -569,7 +576,8 @@ constexpr int kAdaDirectMinBlocks = C <= 2 ? 4 : C >= 8 ? kAdaDirectC8Blocks : k
 // C = 8 (candidate, LTX_KERNELS_ADALN_C=8; the late form, whose modulation needs no slots:
 // staged it would need 64 KB of static shared memory): a warp per row at D = 2048 (tpr 32),
 // so no barrier in the row's reduction and each warp's rows progress on their own, and 3
-// blocks of 256 per SM hold 96 KB of x in flight where C = 4 holds 64 KB. Why: the H200 runs
+// blocks of 256 per SM hold 96 KB of x in flight (C = 4: 64 KB when this was written, 80 KB at
+// its 5 blocks since). Why: the H200 runs
 // LayerNorm [2, 8064, 2048] at 82% of a same-bytes copy (RESULTS.md 2026-12-07 18:19) where
 // RMS reaches 95% and the H100 has the two level: the H200's rate needs more bytes in flight
 // than 4 blocks give while LayerNorm's longer statistics chain keeps them from loading.
@@ -629,11 +637,10 @@ __global__ void __launch_bounds__(kDirectBlock, kAdaDirectMinBlocks<kMod, C>)
       cp_async_commit();
     }
     V xc[C], sc[CM], hc[CM];
-    if constexpr (C >= 8) {
-      // Zeroed first (Vec::set_zero): bf16 spilled in 16-bit pieces at the 3-block cap otherwise.
+    // Zeroed first (Vec::set_zero): left undefined, bf16 vectors were kept in 16-bit pieces
+    // (sm_90 C = 4: 64 registers at the cap instead of 48; C = 8 spilled at its cap).
 #pragma unroll
-      for (int i = 0; i < C; ++i) xc[i].set_zero();
-    }
+    for (int i = 0; i < C; ++i) xc[i].set_zero();
 #pragma unroll
     for (int i = 0; i < C; ++i) {
       const int j = lane + i * p.tpr;

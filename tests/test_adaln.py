@@ -403,6 +403,9 @@ DIRECT_CHOICES = {
     "c4_early": {"LTX_KERNELS_ADALN_C": "4", "LTX_KERNELS_ADALN_MOD": "early"},
     # the candidate: 8 vectors per thread, always late (a warp per row at D = 2048)
     "c8": {"LTX_KERNELS_ADALN_C": "8"},
+    # the default held to 4 blocks per SM (its occupancy before x was zeroed first: the A/B
+    # baseline; dynamic shared memory asked for only to cap it, common/row_order.cuh)
+    "blocks4": {"LTX_KERNELS_BLOCKS_PER_SM": "4"},
     # the modulation queued with x into shared memory (cp.async), at both vector counts
     "staged": {"LTX_KERNELS_ADALN_MOD": "staged"},
     "c2_staged": {"LTX_KERNELS_ADALN_C": "2", "LTX_KERNELS_ADALN_MOD": "staged"},

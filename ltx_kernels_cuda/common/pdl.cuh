@@ -54,13 +54,13 @@ inline bool pdl_requested(int device) {
   return ab_switch("LTX_KERNELS_PDL") != "0" && pdl_supported(device);
 }
 
-// kernel<<<grid, block, 0, stream>>>(args...), with the PDL attribute when `pdl` (the caller
-// checked pdl_supported and that the kernel calls pdl_wait first).
+// kernel<<<grid, block, smem, stream>>>(args...), with the PDL attribute when `pdl` (the
+// caller checked pdl_supported and that the kernel calls pdl_wait first).
 template <typename... Params, typename... Args>
-void launch_pdl(void (*kernel)(Params...), unsigned grid, unsigned block, cudaStream_t stream,
-                bool pdl, Args&&... args) {
+void launch_pdl_smem(void (*kernel)(Params...), unsigned grid, unsigned block, size_t smem,
+                     cudaStream_t stream, bool pdl, Args&&... args) {
   if (!pdl) {
-    kernel<<<grid, block, 0, stream>>>(std::forward<Args>(args)...);
+    kernel<<<grid, block, smem, stream>>>(std::forward<Args>(args)...);
     return;
   }
   cudaLaunchAttribute attr[1];
@@ -69,11 +69,18 @@ void launch_pdl(void (*kernel)(Params...), unsigned grid, unsigned block, cudaSt
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = dim3(grid);
   cfg.blockDim = dim3(block);
-  cfg.dynamicSmemBytes = 0;
+  cfg.dynamicSmemBytes = smem;
   cfg.stream = stream;
   cfg.attrs = attr;
   cfg.numAttrs = 1;
   C10_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
+}
+
+// launch_pdl_smem without dynamic shared memory.
+template <typename... Params, typename... Args>
+void launch_pdl(void (*kernel)(Params...), unsigned grid, unsigned block, cudaStream_t stream,
+                bool pdl, Args&&... args) {
+  launch_pdl_smem(kernel, grid, block, 0, stream, pdl, std::forward<Args>(args)...);
 }
 
 }  // namespace ltx::cuda

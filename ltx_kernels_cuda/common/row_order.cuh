@@ -32,26 +32,11 @@ inline unsigned row_grid(int64_t rows, int64_t groups, int per_sm, int device) {
   return static_cast<unsigned>(std::min(ceil_div(rows, groups), grid_cap(device, per_sm)));
 }
 
-// Launches kernel(p) over p.rows rows, `groups` per block of `block` threads per iteration
-// (no dynamic shared memory). A block per row group (grid_cap); a grid-stride loop covers
-// rows beyond the grid (LTX_KERNELS_GRID=walk: beyond 64 blocks per SM). pdl: with
-// programmatic dependent launch (common/pdl.cuh; only for kernels that call pdl_wait first).
-// A persistent grid (only the blocks resident at once, each walking ~rows / grid rows
-// grid-stride) was timed against this (H200, 2026-12-05 10:24, RESULTS.md): slower at every
-// shape of rmsnorm (0.4-7%), AdaLN 1-3% slower at 4 of 5 shapes (1x4608x3072 LayerNorm 1.3%
-// faster); dropped.
-template <typename Params>
-void launch_rows(void (*kernel)(Params), const Params& p, int block, int64_t groups,
-                 int device, cudaStream_t stream, bool pdl = false) {
-  launch_pdl(kernel, row_grid(p.rows, groups, 64, device), static_cast<unsigned>(block),
-             stream, pdl, p);
-}
-
-// LTX_KERNELS_BLOCKS_PER_SM=n (a developer's A/B switch, read per call; the kernels
-// launch_rows_pow2 starts, which use no dynamic shared memory): at most n blocks per SM, by
-// asking for dynamic shared memory that n + 1 blocks would not fit. It times a kernel at the
-// occupancy an older register count gave it (the q/k prologue: 2 blocks of 256 threads per SM
-// at 126-128 registers before 2026-12-07, 3 at 80 since Vec::set_zero). The shared memory
+// LTX_KERNELS_BLOCKS_PER_SM=n (a developer's A/B switch, read per call; the kernels that
+// launch_rows / launch_rows_pow2 start, which use no dynamic shared memory): at most n blocks
+// per SM, by asking for dynamic shared memory that n + 1 blocks would not fit. It times a
+// kernel at the occupancy an older register count gave it (Vec::set_zero, 2026-12-07: the q/k
+// prologue 2 -> 3 blocks of 256 per SM, AdaLN's direct kernel 4 -> 5). The shared memory
 // taken also shrinks L1 (the carve-out): a confound where a kernel rereads through L1.
 // Returns the dynamic bytes to launch with (0: no cap asked, or the kernel's own shared
 // memory caps it already).
@@ -77,6 +62,21 @@ inline size_t occupancy_cap_smem(const void* kernel, int device) {
   C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                       static_cast<int>(dyn)));
   return dyn;
+}
+
+// Launches kernel(p) over p.rows rows, `groups` per block of `block` threads per iteration
+// (dynamic shared memory only under LTX_KERNELS_BLOCKS_PER_SM). A block per row group (grid_cap); a grid-stride loop covers
+// rows beyond the grid (LTX_KERNELS_GRID=walk: beyond 64 blocks per SM). pdl: with
+// programmatic dependent launch (common/pdl.cuh; only for kernels that call pdl_wait first).
+// A persistent grid (only the blocks resident at once, each walking ~rows / grid rows
+// grid-stride) was timed against this (H200, 2026-12-05 10:24, RESULTS.md): slower at every
+// shape of rmsnorm (0.4-7%), AdaLN 1-3% slower at 4 of 5 shapes (1x4608x3072 LayerNorm 1.3%
+// faster); dropped.
+template <typename Params>
+void launch_rows(void (*kernel)(Params), const Params& p, int block, int64_t groups,
+                 int device, cudaStream_t stream, bool pdl = false) {
+  launch_pdl_smem(kernel, row_grid(p.rows, groups, 64, device), static_cast<unsigned>(block),
+                  occupancy_cap_smem(reinterpret_cast<const void*>(kernel), device), stream, pdl, p);
 }
 
 // Launches kernel(p) for the row kernels that take any power-of-two tpr (rms_norm_kernel,
