@@ -544,10 +544,10 @@ constexpr bool mod_staged(int mod) { return mod == kModStaged || mod == kModStag
 // 4 blocks before, LTX_KERNELS_BLOCKS_PER_SM=4 gives that back); 4 on sm_75 (1024 threads
 // per SM) and sm_100 (CUDA 13.0's ptxas spilled 12-124 bytes of the bf16 forms there under
 // the cap for 5); 3 on sm_120 (it spilled 8 bytes of the bf16 LayerNorm instantiation there
-// under the cap for 4). C = 4 early: 2. C = 2 (per-token modulation,
-// below) holds half the vectors: 4 even loading early. C = 8 (the late form only: the
-// candidate below): 3, 96 KB of x in flight per SM; 2 on sm_100 / 120, where its bf16
-// instantiations spilled 44-204 bytes under the cap for 3.
+// under the cap for 4). C = 4 early: 2. C = 2 (per-token modulation, below) holds half the
+// vectors: 4 even loading early. C = 8 (the late form only: the candidate below): 3, 96 KB
+// of x in flight per SM; 2 on sm_100 / 120, where its bf16 instantiations spilled 44-204
+// bytes under the cap for 3.
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1200
 constexpr int kAdaDirectC4Blocks = 3, kAdaDirectC8Blocks = 2;
 #elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1000
@@ -577,10 +577,10 @@ constexpr int kAdaDirectMinBlocks = C <= 2                ? 4
 // staged it would need 64 KB of static shared memory): a warp per row at D = 2048 (tpr 32),
 // so no barrier in the row's reduction and each warp's rows progress on their own, and 3
 // blocks of 256 per SM hold 96 KB of x in flight (C = 4: 64 KB when this was written, 80 KB at
-// its 5 blocks since). Why: the H200 runs
-// LayerNorm [2, 8064, 2048] at 82% of a same-bytes copy (RESULTS.md 2026-12-07 18:19) where
-// RMS reaches 95% and the H100 has the two level: the H200's rate needs more bytes in flight
-// than 4 blocks give while LayerNorm's longer statistics chain keeps them from loading.
+// its 5 blocks since). Why: the H200 runs LayerNorm [2, 8064, 2048] at 82% of a same-bytes
+// copy (RESULTS.md 2026-12-07 18:19) where RMS reaches 95% and the H100 has the two level:
+// the H200's rate needs more bytes in flight than 4 blocks give while LayerNorm's longer
+// statistics chain keeps them from loading.
 template <typename T, bool kLayer, int kMod, int C>
 __global__ void __launch_bounds__(kDirectBlock, kAdaDirectMinBlocks<kMod, C>)
     adaln_direct_kernel(AdaLnParams p) {

@@ -65,13 +65,13 @@ inline size_t occupancy_cap_smem(const void* kernel, int device) {
 }
 
 // Launches kernel(p) over p.rows rows, `groups` per block of `block` threads per iteration
-// (dynamic shared memory only under LTX_KERNELS_BLOCKS_PER_SM). A block per row group (grid_cap); a grid-stride loop covers
-// rows beyond the grid (LTX_KERNELS_GRID=walk: beyond 64 blocks per SM). pdl: with
-// programmatic dependent launch (common/pdl.cuh; only for kernels that call pdl_wait first).
-// A persistent grid (only the blocks resident at once, each walking ~rows / grid rows
-// grid-stride) was timed against this (H200, 2026-12-05 10:24, RESULTS.md): slower at every
-// shape of rmsnorm (0.4-7%), AdaLN 1-3% slower at 4 of 5 shapes (1x4608x3072 LayerNorm 1.3%
-// faster); dropped.
+// (dynamic shared memory only under LTX_KERNELS_BLOCKS_PER_SM). A block per row group
+// (grid_cap); a grid-stride loop covers rows beyond the grid (LTX_KERNELS_GRID=walk: beyond
+// 64 blocks per SM). pdl: with programmatic dependent launch (common/pdl.cuh; only for
+// kernels that call pdl_wait first). A persistent grid (only the blocks resident at once,
+// each walking ~rows / grid rows grid-stride) was timed against this (H200, 2026-12-05 10:24,
+// RESULTS.md): slower at every shape of rmsnorm (0.4-7%), AdaLN 1-3% slower at 4 of 5 shapes
+// (1x4608x3072 LayerNorm 1.3% faster); dropped.
 template <typename Params>
 void launch_rows(void (*kernel)(Params), const Params& p, int block, int64_t groups,
                  int device, cudaStream_t stream, bool pdl = false) {
