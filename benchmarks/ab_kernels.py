@@ -24,7 +24,7 @@ replay (bench_ops.Timer.graph_us, warm L2), the small-shape target; the default 
 Our variants are the same op called under the environment each op's VARIANTS names (the
 launchers read these per call: LTX_KERNELS_RMS_KERNEL=row forces rms_norm_kernel;
 LTX_KERNELS_ADALN_KERNEL=row the AdaLN kernels other than adaln_direct_kernel;
-LTX_KERNELS_ADALN_C=2 / 4 / 8 forces adaln_direct_kernel's vectors per thread (8: late),
+LTX_KERNELS_ADALN_C=2 / 4 forces adaln_direct_kernel's vectors per thread,
 LTX_KERNELS_ADALN_MOD=early / late / staged / staged-stream when and how it loads scale / shift
 (staged-stream: staged, x loaded without allocating in L1; the per-token default),
 LTX_KERNELS_ADALN_LN=two LayerNorm's statistics in two reductions instead of one;
@@ -120,9 +120,6 @@ VARIANTS = {
         "ours": {},
         "ours (row kernels)": {"LTX_KERNELS_ADALN_KERNEL": "row"},
         "ours (C=4)": {"LTX_KERNELS_ADALN_C": "4"},
-        # candidate (2026-12-07): 8 vectors per thread, late, a warp per row at D = 2048, no
-        # barrier, 3 blocks per SM (96 KB of x in flight against C = 4's 64 KB)
-        "ours (C=8, late, a warp per row)": {"LTX_KERNELS_ADALN_C": "8"},
         # the default at 4 blocks per SM, its occupancy before x was zeroed first (2026-12-07:
         # sm_90 64 -> 48 registers, 5 blocks)
         "ours (4 blocks per SM, as before)": {"LTX_KERNELS_BLOCKS_PER_SM": "4"},

@@ -545,23 +545,21 @@ constexpr bool mod_staged(int mod) { return mod == kModStaged || mod == kModStag
 // per SM) and sm_100 (CUDA 13.0's ptxas spilled 12-124 bytes of the bf16 forms there under
 // the cap for 5); 3 on sm_120 (it spilled 8 bytes of the bf16 LayerNorm instantiation there
 // under the cap for 4). C = 4 early: 2. C = 2 (per-token modulation, below) holds half the
-// vectors: 4 even loading early. C = 8 (the late form only: the candidate below): 3, 96 KB
-// of x in flight per SM; 2 on sm_100 / 120, where its bf16 instantiations spilled 44-204
-// bytes under the cap for 3.
+// vectors: 4 even loading early. H100 bf16, 2026-12-07 22:07 (RESULTS.md, medians of 3),
+// 5 blocks against 4: [2, 8064, 2048] broadcast RMS / LayerNorm and per-token level
+// (44.26 / 45.25 / 84.29 µs against 44.32 / 45.31 / 84.29), FLUX LayerNorm [1, 4608, 3072]
+// 22.88 -> 22.08.
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1200
-constexpr int kAdaDirectC4Blocks = 3, kAdaDirectC8Blocks = 2;
+constexpr int kAdaDirectC4Blocks = 3;
 #elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1000
-constexpr int kAdaDirectC4Blocks = 4, kAdaDirectC8Blocks = 2;
+constexpr int kAdaDirectC4Blocks = 4;
 #elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-constexpr int kAdaDirectC4Blocks = 5, kAdaDirectC8Blocks = 3;
+constexpr int kAdaDirectC4Blocks = 5;
 #else
-constexpr int kAdaDirectC4Blocks = 4, kAdaDirectC8Blocks = 3;
+constexpr int kAdaDirectC4Blocks = 4;
 #endif
 template <int kMod, int C>
-constexpr int kAdaDirectMinBlocks = C <= 2                ? 4
-                                    : C >= 8              ? kAdaDirectC8Blocks
-                                    : kMod == kModEarly   ? 2
-                                                          : kAdaDirectC4Blocks;
+constexpr int kAdaDirectMinBlocks = C <= 2 ? 4 : kMod == kModEarly ? 2 : kAdaDirectC4Blocks;
 
 // C: vectors of a row per thread: 4 when staged (the default where it fits, see
 // launch_adaln_direct); in the register forms 2 for per-token modulation (loaded early) with
@@ -573,14 +571,10 @@ constexpr int kAdaDirectMinBlocks = C <= 2                ? 4
 // C = 1 (one vector per thread, a row per block at D = 2048, 42-48 registers, 5-6 blocks per
 // SM, as inductor's 512-thread-per-row kernels) lost everywhere: H100 bf16 2026-12-05 21:28,
 // [2, 8064, 2048] broadcast 45.57 -> 60.0 µs, per-token 86.05 -> 87.06, LayerNorm 48.1 -> 71.4.
-// C = 8 (candidate, LTX_KERNELS_ADALN_C=8; the late form, whose modulation needs no slots:
-// staged it would need 64 KB of static shared memory): a warp per row at D = 2048 (tpr 32),
-// so no barrier in the row's reduction and each warp's rows progress on their own, and 3
-// blocks of 256 per SM hold 96 KB of x in flight (C = 4: 64 KB when this was written, 80 KB at
-// its 5 blocks since). Why: the H200 runs LayerNorm [2, 8064, 2048] at 82% of a same-bytes
-// copy (RESULTS.md 2026-12-07 18:19) where RMS reaches 95% and the H100 has the two level:
-// the H200's rate needs more bytes in flight than 4 blocks give while LayerNorm's longer
-// statistics chain keeps them from loading.
+// C = 8 (late, a warp per row at D = 2048, no barrier, 3 blocks per SM: 96 KB of x in flight)
+// lost on the H100 at every shape, 2026-12-07 22:07: [2, 8064, 2048] broadcast RMS 44.26 ->
+// 50.08 µs, LayerNorm 45.25 -> 50.46, per-token 84.29 -> 91.68, FLUX LayerNorm 22.08 -> 23.36
+// (its 8 late modulation round trips after the reduction, one per vector); deleted.
 template <typename T, bool kLayer, int kMod, int C>
 __global__ void __launch_bounds__(kDirectBlock, kAdaDirectMinBlocks<kMod, C>)
     adaln_direct_kernel(AdaLnParams p) {
@@ -638,7 +632,7 @@ __global__ void __launch_bounds__(kDirectBlock, kAdaDirectMinBlocks<kMod, C>)
     }
     V xc[C], sc[CM], hc[CM];
     // Zeroed first (Vec::set_zero): left undefined, bf16 vectors were kept in 16-bit pieces
-    // (sm_90 C = 4: 64 registers at the cap instead of 48; C = 8 spilled at its cap).
+    // (sm_90 C = 4: 64 registers at the cap instead of 48).
 #pragma unroll
     for (int i = 0; i < C; ++i) xc[i].set_zero();
 #pragma unroll
@@ -731,16 +725,12 @@ bool launch_adaln_direct(AdaLnParams p, int vec, int mod, bool per_token, int de
     mod = staged_fits<T, kLayer>(device) ? (per_token ? kModStagedStream : kModStaged)
                                          : (per_token ? kModEarly : kModLate);
   }
-  // C = 2 for per-token rows in the register forms (see the kernel), unless forced; C = 8
-  // only when forced (a candidate), and then late.
+  // C = 2 for per-token rows in the register forms (see the kernel), unless forced.
   const std::string_view c_switch = ab_switch("LTX_KERNELS_ADALN_C");
-  const bool c8 = c_switch == "8";
-  if (c8) mod = kModLate;
-  const bool c2 = !c8 && nvec <= 2LL * kDirectBlock &&
+  const bool c2 = nvec <= 2LL * kDirectBlock &&
                   (c_switch == "2" || (c_switch != "4" && per_token && !mod_staged(mod)));
-  const int cached = c8 ? 8 : c2 ? 2 : kDirectCached;
-  p.tpr = pow2_ceil(ceil_div(nvec, cached));
-  set_ln_merge(p, vec, cached);
+  p.tpr = pow2_ceil(ceil_div(nvec, c2 ? 2 : kDirectCached));
+  set_ln_merge(p, vec, c2 ? 2 : kDirectCached);
   const int64_t groups = kDirectBlock / p.tpr;
   auto go = [&](auto c) {
     constexpr int C = decltype(c)::value;
@@ -752,13 +742,7 @@ bool launch_adaln_direct(AdaLnParams p, int vec, int mod, bool per_token, int de
       default: run(adaln_direct_kernel<T, kLayer, kModLate, C>); break;
     }
   };
-  if (c8) {
-    launch_rows(adaln_direct_kernel<T, kLayer, kModLate, 8>, p, kDirectBlock, groups, device, stream);
-  } else if (c2) {
-    go(std::integral_constant<int, 2>{});
-  } else {
-    go(std::integral_constant<int, kDirectCached>{});
-  }
+  c2 ? go(std::integral_constant<int, 2>{}) : go(std::integral_constant<int, kDirectCached>{});
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return true;
 }

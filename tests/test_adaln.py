@@ -380,7 +380,7 @@ def test_broadcast_many_rows(shape, dtype, form):
 # broadcast ones, 2 vectors per thread for per-token rows of D <= 4096, else 4); the
 # kernels that take every other call (developer switch, read per call:
 # LTX_KERNELS_ADALN_KERNEL=row); the load order forced (LTX_KERNELS_ADALN_MOD=early / late /
-# staged / staged-stream); the vectors per thread forced (LTX_KERNELS_ADALN_C=2 / 4 / 8, 8 late). Each on every shape: thousands of rows
+# staged / staged-stream); the vectors per thread forced (LTX_KERNELS_ADALN_C=2 / 4). Each on every shape: thousands of rows
 # (grid-stride loop), per-token and broadcast modulation, no shift, a width that leaves
 # threads idle in the last vector (5120), the widest it takes (8192), short rows (many rows
 # per block), LayerNorm, and rows enough for its grid-stride loop on an H200 (D = 8: 256
@@ -401,8 +401,6 @@ DIRECT_CHOICES = {
     "c2_late": {"LTX_KERNELS_ADALN_C": "2", "LTX_KERNELS_ADALN_MOD": "late"},
     "c4": {"LTX_KERNELS_ADALN_C": "4"},
     "c4_early": {"LTX_KERNELS_ADALN_C": "4", "LTX_KERNELS_ADALN_MOD": "early"},
-    # the candidate: 8 vectors per thread, always late (a warp per row at D = 2048)
-    "c8": {"LTX_KERNELS_ADALN_C": "8"},
     # the default held to 4 blocks per SM (its occupancy before x was zeroed first: the A/B
     # baseline; dynamic shared memory asked for only to cap it, common/row_order.cuh)
     "blocks4": {"LTX_KERNELS_BLOCKS_PER_SM": "4"},

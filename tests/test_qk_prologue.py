@@ -255,9 +255,10 @@ def test_gpu_grid_walk(monkeypatch):
 @pytest.mark.parametrize("d", [2048, 4096, 128])
 def test_gpu_tables_prefetch(monkeypatch, dtype, d):
     """The form that asks for the token's table rows in L2 before the reduction
-    (LTX_KERNELS_QK_TABLES=prefetch; the default for tables the batch shares) and the candidate
-    that loads them into registers with q and k (=early, 2 vectors per thread) give the plain
-    form's bits (LTX_KERNELS_QK_TABLES=plain) for every table form:
+    (LTX_KERNELS_QK_TABLES=prefetch; the default for tables the batch shares) gives the plain
+    form's bits (LTX_KERNELS_QK_TABLES=plain), and the candidate that loads them into registers
+    with q and k (=early, 2 vectors per thread) the plain form's values up to the norm's
+    reduction order, for every table form:
     [B, S, D] full tables, a stride-0 batch, [S, D], pair tables [B, S, D/2], and table rows
     that start 16 bytes past a 128-byte line (its last line prefetched too); the default with
     the token split by the 64-bit division (LTX_KERNELS_QK_SPLIT=divide) and held to 2 blocks
@@ -289,7 +290,11 @@ def test_gpu_tables_prefetch(monkeypatch, dtype, d):
         monkeypatch.delenv("LTX_KERNELS_QK_SPLIT")
         assert torch.equal(vq, fq) and torch.equal(vk, fk), f"{name}: divided token split differs from DivU32's"
         assert torch.equal(dq, pq) and torch.equal(dk, pk), f"{name}: prefetch form differs from the plain one"
-        assert torch.equal(dq, eq) and torch.equal(dk, ek), f"{name}: early-table form differs from the plain one"
+        # the early form holds 2 vectors per thread, not 4: twice the threads per row, so its sums of
+        # squares add in another order (H100 2026-12-07 22:12: not bit-exact at D = 128-4096 in
+        # bf16 / fp16); equal up to that order
+        assert_matches_eager(eq, dq, f"{name}: early-table form, q")
+        assert_matches_eager(ek, dk, f"{name}: early-table form, k")
         assert torch.equal(dq, fq) and torch.equal(dk, fk), f"{name}: the default differs from the plain form"
         # the default held to 2 blocks per SM (LTX_KERNELS_BLOCKS_PER_SM: dynamic shared memory
         # asked for only to cap occupancy; its A/B baseline)
