@@ -144,8 +144,11 @@ __device__ __forceinline__ void prefetch_l2(const void* ptr) {
 // 8 KB (their tables after the reduction). Predict H200 [2, 8064, 2048] 149 -> <= 135 µs.
 // Since q's and k's cached vectors are zeroed before their loads (Vec::set_zero, below), the
 // sm_90 bf16 full-table forms take 80 registers, plain and early alike (3 blocks of 256 per
-// SM; 12 tokens of 8 KB in flight in the plain form), pair tables 92-96 (still 2). Not yet
-// timed; LTX_KERNELS_BLOCKS_PER_SM=2 (common/row_order.cuh) gives the old occupancy back.
+// SM; 12 tokens of 8 KB in flight in the plain form), pair tables 92-96 (still 2). H100 bf16,
+// 2026-12-07 22:07 (RESULTS.md, medians of 3), against LTX_KERNELS_BLOCKS_PER_SM=2 (the old
+// occupancy, common/row_order.cuh): [B, S, D] tables 182.08 -> 172.90 µs, pair 125.86 ->
+// 122.08, shared full 145.78 -> 145.18; the early form at 80 registers: pair 113.34, shared full
+// 138.37, [B, S, D] 173.47 (a default for shared tables if the H200 agrees).
 template <typename T, typename Tw, int N, bool kVec, int kTab, bool kPrefetch, int kC = kCached,
           bool kEarly = false>
 __device__ __forceinline__ void qk_rows(const QkParams& p) {
