@@ -208,7 +208,9 @@ __device__ __forceinline__ void qk_rows(const QkParams& p) {
       }
     }
     // The table rows (both rows are live together with tables).
-    auto table_row = [&](const float* base, int64_t b_stride, int64_t s_stride) { return base + b * b_stride + s * s_stride; };
+    auto table_row = [&](const float* base, int64_t b_stride, int64_t s_stride) {
+      return base + b * b_stride + s * s_stride;
+    };
     [[maybe_unused]] float tc[kEarly ? kC : 1][N], ts[kEarly ? kC : 1][N];
     if constexpr (kEarly) {
       if (rope && live[0]) {

@@ -49,9 +49,8 @@ inline size_t occupancy_cap_smem(const void* kernel, int device) {
     n = n * 10 + (c - '0');
   }
   if (n == 0) return 0;
-  int per_sm = 0, reserved = 0;
-  C10_CUDA_CHECK(cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device));
-  C10_CUDA_CHECK(cudaDeviceGetAttribute(&reserved, cudaDevAttrReservedSharedMemoryPerBlock, device));
+  const int per_sm = device_attribute(cudaDevAttrMaxSharedMemoryPerMultiprocessor, device);
+  const int reserved = device_attribute(cudaDevAttrReservedSharedMemoryPerBlock, device);
   cudaFuncAttributes attr;
   C10_CUDA_CHECK(cudaFuncGetAttributes(&attr, kernel));
   // Per block, rounded up to 1 KB (above any allocation granularity): n still fit, n + 1 not.
