@@ -63,6 +63,11 @@ __device__ __forceinline__ void normalize_store(const VX v, const Tw* w, To* oro
 template <int C, typename T, int N>
 __device__ __forceinline__ void load_cached(Vec<T, N> (&cache)[C], const T* xr, int lane, int tpr,
                                             int nvec, bool active) {
+  // Zeroed first (Vec::set_zero): left undefined, nvcc 13.0 kept the bf16 vectors in 16-bit
+  // pieces on sm_90 / 100 / 120 (sm_90 bf16 C = 4: 64 -> 47 registers, under the cap for 5
+  // blocks, see kDirectMinBlocks).
+#pragma unroll
+  for (int i = 0; i < C; ++i) cache[i].set_zero();
 #pragma unroll
   for (int i = 0; i < C; ++i) {
     const int j = lane + i * tpr;
@@ -194,14 +199,24 @@ __device__ __forceinline__ void scale_store(const Vec<T, N>& v, float inv, bool 
 // kernel was 7-17% slower than it at D >= 2048.
 
 // Blocks of kBlock threads per SM the register cap aims for (sm_75 holds 1024 threads per
-// SM, so at most 4 there).
+// SM, so at most 4 there). C = 4: 5 on sm_80-90 since load_cached zeroes first (48 registers
+// fit; 80 KB of x in flight per SM instead of 64, as AdaLN's kAdaDirectC4Blocks); 4 on
+// sm_100 / sm_120 as before (not measured there). LTX_KERNELS_BLOCKS_PER_SM=4 gives the old
+// occupancy back for the A/B.
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
 template <int C>
 constexpr int kDirectMinBlocks = 4;
-#else
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1000
 template <int C>
 constexpr int kDirectMinBlocks = C >= 4 ? 4 : 6;
+#else
+template <int C>
+constexpr int kDirectMinBlocks = C >= 4 ? 5 : 6;
 #endif
+// rms_norm_short_kernel's (R rows per thread): the old caps (at 5 blocks its bf16 R = 4
+// spilled 128-172 bytes on sm_90).
+template <int R>
+constexpr int kShortMinBlocks = R >= 4 || kDirectMinBlocks<1> == 4 ? 4 : 6;
 
 // When the kernel reads the weight (kW). Late (kWLate): after the reduction, an L1 / L2 round
 // trip between the reduction and the first store of every row. Early (kWEarly): with x's
@@ -329,7 +344,7 @@ __global__ void __launch_bounds__(kBlock, kDirectMinBlocksW<C, kW>)
 // (20.06 vs 18.0-18.4 µs; inductor, whose layout is this one, 18.34), per-head 128 4%.
 // Measured and chosen in launch_rms_norm_direct.
 template <typename T, int kMid, int R>
-__global__ void __launch_bounds__(kBlock, kDirectMinBlocks<R>)
+__global__ void __launch_bounds__(kBlock, kShortMinBlocks<R>)
     rms_norm_short_kernel(RmsNormParams p) {
   constexpr int N = 16 / static_cast<int>(sizeof(T));
   constexpr Round kM = static_cast<Round>(kMid);
