@@ -152,6 +152,9 @@ VARIANTS = {
         "ours (GEGLU block per row, 256)": {"LTX_KERNELS_ACT_GRID": "rows"},
         "ours (computed, 128-thread blocks)": {"LTX_KERNELS_GELU_TABLE": "0", "LTX_KERNELS_ACT_GRID": "rows128"},
         "ours (GEGLU fp32 product)": {"LTX_KERNELS_GEGLU_PACKED": "0"},
+        # candidate (2026-12-07 23:20): 16-bit tanh GELU / GEGLU on ex2 / rcp.approx, each
+        # element checked to round as tanhf's would (else computed by tanhf), no table
+        "ours (fast tanh)": {"LTX_KERNELS_GELU_FAST": "1"},
     },
     "rope": {
         "ours": {},

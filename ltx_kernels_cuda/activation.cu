@@ -61,6 +61,80 @@ __device__ __forceinline__ float gelu_f(float x) {
   }
 }
 
+// ---- GELU-tanh on MUFU, rounded as the exact one (16-bit outputs) ------------------------
+//
+// tanh(u) = 1 - 2 / (2^(2u log2 e) + 1) on ex2.approx and rcp.approx (one MUFU each, ~5
+// instructions against tanhf's ~16): where tanhf is the time (act_kernel is issue bound,
+// see the top of the file), this leaves fewer instructions per element than the lookup
+// table's index math and bank conflicts. It is not tanhf, so each element is checked:
+// its tanh differs from tanhf's by less than 2^-20 (ex2.approx / rcp.approx relative errors
+// <= 2^-22, the unrounded argument ~|2u| 2^-24, tanhf's own <= 2 ulp), so GELU's fp32 value v
+// differs from eager's by less than B = |x| 2^-17 (8x margin, the products' roundings
+// included). Rounding to T is monotone, so where v - B and v + B round to the same value,
+// eager's value, which lies between them, rounds to it as well: that is the result. The other
+// elements (near a rounding midpoint: ~0.3% of bf16 values, ~2.5% of fp16; x < ~-3.5, where
+// 1 + tanh is tiny and eager's value is tanhf's rounding; infinities) are computed exactly
+// with tanhf. So the bits are eager's (tests/test_activation.py: every 16-bit pattern).
+constexpr float kBeta2Log2e = static_cast<float>(kSqrt2 * k2_SqrtPi * 0.5 * 2.0 * 1.44269504088896340736);
+
+// tanh(a / (2 log2 e)): the argument comes pre-scaled.
+__device__ __forceinline__ float tanh_of_scaled(float a) {
+  float e, r;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"(a));
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(e + 1.0f));
+  return fmaf(-2.0f, r, 1.0f);
+}
+
+// Whether a and b round to the same T (16-bit): both narrowed by one paired conversion.
+template <typename T>
+__device__ __forceinline__ bool rounds_alike(float a, float b) {
+  uint32_t w;
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    const __nv_bfloat162 pair = __floats2bfloat162_rn(a, b);
+    memcpy(&w, &pair, sizeof(w));
+  } else {
+    const __half2 pair = __floats2half2_rn(a, b);
+    memcpy(&w, &pair, sizeof(w));
+  }
+  return (w >> 16) == (w & 0xffffu);
+}
+
+// The fallback: a whole vector by tanhf. Not inlined, so the 8 tanhf's registers do not
+// count against the kernel's (inlined, it spilled 4-32 bytes under act_kernel's 64).
+template <typename T, int N>
+__device__ __noinline__ Vec<T, N> exact_gelu_tanh_vec(const Vec<T, N> xv) {
+  float r[N];
+#pragma unroll
+  for (int k = 0; k < N; ++k) r[k] = gelu_f<GeluKind::kTanh>(to_float(xv.v[k]));
+  return pack_from_float<T, N>(r);
+}
+
+// GELU-tanh of a vector of 16-bit values, eager's bits (see above). Fallback elements
+// share one branch per vector, so a warp diverges once per vector at most.
+template <typename T, int N>
+__device__ __forceinline__ Vec<T, N> gelu_tanh_fast_vec(const Vec<T, N>& xv) {
+  static_assert(sizeof(T) == 2, "16-bit dtypes: fp32 outputs need tanhf's own value");
+  float r[N];
+  uint32_t exact = 0;  // bit k: element k computed exactly
+#pragma unroll
+  for (int k = 0; k < N; ++k) {
+    const float x = to_float(xv.v[k]);
+    const float t = tanh_of_scaled((x + kKappa * (x * x * x)) * kBeta2Log2e);
+    r[k] = 0.5f * x * (1.0f + t);
+    const float b = fabsf(x) * 0x1p-17f;
+    exact |= rounds_alike<T>(r[k] - b, r[k] + b) ? 0u : 1u << k;
+  }
+  Vec<T, N> g = pack_from_float<T, N>(r);
+  if (exact != 0) {
+    const Vec<T, N> e = exact_gelu_tanh_vec<T, N>(xv);
+#pragma unroll
+    for (int k = 0; k < N; ++k) {
+      if (exact & (1u << k)) g.v[k] = e.v[k];
+    }
+  }
+  return g;
+}
+
 // gated: value * round_T(gelu(gate)); otherwise gelu(gate). Product in fp32, rounded once.
 template <typename T, GeluKind K, bool kGated>
 __device__ __forceinline__ float act_f(T gate, T value) {
@@ -109,10 +183,19 @@ constexpr bool kPairProduct = sizeof(T) == 2 && N % 2 == 0;
 // element that drops the per-element narrow + widen of the GELU, the widening of value and
 // the fp32 multiply (bf16 SASS, sm_90: ~4.5 instructions, one on the conversion pipe,
 // down to ~1); kPacked = false keeps the fp32 product (LTX_KERNELS_GEGLU_PACKED=0, A/B).
-template <typename T, int N, GeluKind K, bool kGated, bool kPacked = true>
+// kFast (16-bit, tanh, even N; LTX_KERNELS_GELU_FAST=1): the GELU by gelu_tanh_fast_vec.
+template <typename T, int N, GeluKind K, bool kGated, bool kPacked = true, bool kFast = false>
 __device__ __forceinline__ Vec<T, N> act_vec(const Vec<T, N>& gv, const Vec<T, N>& vv) {
   float r[N];
-  if constexpr (kGated && kPacked && kPairProduct<T, N>) {
+  if constexpr (kFast) {
+    static_assert(K == GeluKind::kTanh && kPairProduct<T, N> && kPacked, "16-bit tanh, packed");
+    const Vec<T, N> g = gelu_tanh_fast_vec<T, N>(gv);
+    if constexpr (kGated) {
+      return mul_rn(vv, g);
+    } else {
+      return g;
+    }
+  } else if constexpr (kGated && kPacked && kPairProduct<T, N>) {
 #pragma unroll
     for (int k = 0; k < N; ++k) r[k] = gelu_f<K>(to_float(gv.v[k]));
     return mul_rn(vv, pack_from_float<T, N>(r));
@@ -130,7 +213,7 @@ __device__ __forceinline__ Vec<T, N> act_vec(const Vec<T, N>& gv, const Vec<T, N
 // (A pipelined walk, each thread queueing its next row by cp.async before computing this one,
 // lost on the H100 twice and was never timed on an H200: removed 2026-12-07, benchmarks/NOTES.md
 // 2026-12-06 (13:55).)
-template <typename T, int N, GeluKind K, bool kGated, bool kPacked = true>
+template <typename T, int N, GeluKind K, bool kGated, bool kPacked = true, bool kFast = false>
 __global__ void __launch_bounds__(kBlock, kMinBlocks) act_kernel(ActParams p) {
   using V = Vec<T, N>;
   constexpr int U = kUnroll<kGated>;
@@ -165,6 +248,12 @@ __global__ void __launch_bounds__(kBlock, kMinBlocks) act_kernel(ActParams p) {
     auto load_row = [&](int64_t at, V (&gd)[U], Vv& vd) {
 #pragma unroll
       for (int u = 0; u < U; ++u) {
+        // A partial tile's vectors zeroed first (Vec::set_zero): left undefined, bf16 ones
+        // were kept in 16-bit pieces (sm_90, the fast GELU-tanh: 16 bytes spilled).
+        if constexpr (!kFull) {
+          gd[u].set_zero();
+          if constexpr (kGated) vd[u].set_zero();
+        }
         if (live[u]) {
           gd[u] = V::load(gate + at + u * du);
           if constexpr (kGated) vd[u] = V::load(value + at + u * du);
@@ -176,9 +265,9 @@ __global__ void __launch_bounds__(kBlock, kMinBlocks) act_kernel(ActParams p) {
       for (int u = 0; u < U; ++u) {
         if (live[u]) {
           if constexpr (kGated) {
-            act_vec<T, N, K, true, kPacked>(gd[u], vd[u]).store(o + u * du);
+            act_vec<T, N, K, true, kPacked, kFast>(gd[u], vd[u]).store(o + u * du);
           } else {
-            act_vec<T, N, K, false>(gd[u], gd[u]).store(o + u * du);
+            act_vec<T, N, K, false, true, kFast>(gd[u], gd[u]).store(o + u * du);
           }
         }
       }
@@ -581,12 +670,17 @@ void launch(ActParams p, int64_t rows, int64_t cols, int vec, const at::Tensor& 
   p.tail = static_cast<int>(cols - p.nvec * vec);
   TORCH_CHECK(p.tail == 0 || rows == 1, "ltx_kernels.", op, ": internal error: tail on ", rows,
               " rows");
+  // Candidate (LTX_KERNELS_GELU_FAST=1, read per call: an A/B switch): 16-bit GELU-tanh and
+  // GEGLU-tanh on 16-byte vectors by gelu_tanh_fast_vec in act_kernel, no table.
+  const bool fast = kind == GeluKind::kTanh && ab_switch("LTX_KERNELS_GELU_FAST") == "1";
   // 16-bit dtypes, large calls: a lookup-table kernel where it runs (launch_act_table).
   bool done = false;
-  dispatch_float(like.scalar_type(), [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    done = launch_act_table<T, kGated>(p, vec, kind, device, stream);
-  });
+  if (!fast) {
+    dispatch_float(like.scalar_type(), [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      done = launch_act_table<T, kGated>(p, vec, kind, device, stream);
+    });
+  }
   if (done) return;
 
   constexpr int U = kUnroll<kGated>;
@@ -625,9 +719,17 @@ void launch(ActParams p, int64_t rows, int64_t cols, int vec, const at::Tensor& 
   dispatch_float(like.scalar_type(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     constexpr bool kPairs8 = kGated && kPairProduct<T, 8>;  // (not in the inner lambda: g++)
+    constexpr bool kFast8 = sizeof(T) == 2;
     dispatch_vec(vec, [&](auto n) {
       constexpr int N = decltype(n)::value;
       if constexpr (N * sizeof(T) <= 16) {
+        if constexpr (kFast8 && N == 8) {
+          if (fast) {
+            act_kernel<T, N, GeluKind::kTanh, kGated, true, true><<<grid, block, 0, stream>>>(p);
+            C10_CUDA_KERNEL_LAUNCH_CHECK();
+            return;
+          }
+        }
         if constexpr (kPairs8 && N == 8) {
           if (!packed) {  // 16-byte vectors only: the shapes A/B times
             if (kind == GeluKind::kTanh) {

@@ -182,8 +182,8 @@ def test_gelu_every_half_value(device, dtype, approximate):
 @requires_gpu
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("approximate", APPROX)
-@pytest.mark.parametrize("table", ["", "compact", "full", "0"],
-                         ids=["table", "compact_table", "full_table", "computed"])
+@pytest.mark.parametrize("table", ["", "compact", "full", "0", "fast"],
+                         ids=["table", "compact_table", "full_table", "computed", "fast_tanh"])
 def test_table_path_every_half_value(monkeypatch, dtype, approximate, table):
     """GELU calls large enough for the lookup-table kernel (act_table_kernel: >= 2**22
     elements of a 16-bit dtype; by default bf16 the compact table, 2^-16 <= |x| < 8, every
@@ -193,8 +193,11 @@ def test_table_path_every_half_value(monkeypatch, dtype, approximate, table):
     every 16-bit pattern many times over, bit-exact vs eager; one long row with a scalar
     tail, a strided row layout; GEGLU beside them (LTX_KERNELS_GEGLU_TABLE=compact in the
     default case: its table candidate; =full in the full-table case, which GEGLU has no
-    kernel for, so it must compute)."""
-    if table:
+    kernel for, so it must compute). "fast": LTX_KERNELS_GELU_FAST=1, GELU-tanh and GEGLU-tanh
+    on ex2 / rcp.approx with the per-element rounding check (erf: no effect)."""
+    if table == "fast":
+        monkeypatch.setenv("LTX_KERNELS_GELU_FAST", "1")
+    elif table:
         monkeypatch.setenv("LTX_KERNELS_GELU_TABLE", table)
     if table in ("", "full"):
         monkeypatch.setenv("LTX_KERNELS_GEGLU_TABLE", "compact" if not table else "full")
@@ -219,8 +222,10 @@ def test_table_path_every_half_value(monkeypatch, dtype, approximate, table):
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("approximate", APPROX)
 @pytest.mark.parametrize("form", [{}, {"LTX_KERNELS_ACT_GRID": "walk"}, {"LTX_KERNELS_ACT_GRID": "rows"},
-                                  {"LTX_KERNELS_GEGLU_PACKED": "0"}],
-                         ids=["default", "walk", "block_per_row_256", "fp32_product"])
+                                  {"LTX_KERNELS_GEGLU_PACKED": "0"}, {"LTX_KERNELS_GELU_FAST": "1"},
+                                  {"LTX_KERNELS_GELU_FAST": "1", "LTX_KERNELS_ACT_GRID": "walk"}],
+                         ids=["default", "walk", "block_per_row_256", "fp32_product", "fast_tanh",
+                              "fast_tanh_walk"])
 def test_geglu_launch_forms(monkeypatch, dtype, approximate, form):
     """GEGLU's computed kernel (2 vectors per operand per thread) on its default grid (a
     block per row group, at most 128 threads) and the others (LTX_KERNELS_ACT_GRID=walk: 32
@@ -228,7 +233,8 @@ def test_geglu_launch_forms(monkeypatch, dtype, approximate, form):
     with its product on packed pairs (the default) and in fp32 (LTX_KERNELS_GEGLU_PACKED=0):
     every 16-bit gate pattern, rows whose tile column ends part-way (d = 8192 + 8, 1000),
     strided rows, a row count that is not a multiple of the grid's, both halves' orders; and
-    GELU computed (no table) on the strided rows; bit-exact vs eager."""
+    GELU computed (no table) on the strided rows; bit-exact vs eager. fast_tanh: the same
+    with LTX_KERNELS_GELU_FAST=1 (tanh on ex2 / rcp.approx, checked per element)."""
     for name, val in form.items():
         monkeypatch.setenv(name, val)
     pats = torch.arange(-(1 << 15), 1 << 15, dtype=torch.int32, device="cuda").to(torch.int16)
