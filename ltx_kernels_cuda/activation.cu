@@ -76,7 +76,7 @@ __device__ __forceinline__ float gelu_f(float x) {
 // other elements (near a rounding midpoint; very negative x, where v is tiny against B;
 // infinities; under randn inputs 0.6% of bf16 elements, 1.7% of fp16) are computed with
 // tanhf. a is clamped to +-64 (e = inf would give inf * 0). Simulated with those error
-// bounds on every 16-bit pattern (benchmarks/NOTES.md 2026-12-07 23:20: none wrong);
+// bounds on every 16-bit pattern (tools/gelu_fast_model.py: none wrong);
 // tests/test_activation.py checks every pattern on the GPU, bit-exact.
 constexpr float kBeta2Log2e = static_cast<float>(kSqrt2 * k2_SqrtPi * 0.5 * 2.0 * 1.44269504088896340736);
 
