@@ -94,13 +94,16 @@ __device__ __forceinline__ bool rounds_alike(float a, float b) {
   return (w >> 16) == (w & 0xffffu);
 }
 
-// The fallback: a whole vector by tanhf. Not inlined, so the 8 tanhf's registers do not
-// count against the kernel's (inlined, it spilled 4-32 bytes under act_kernel's 64).
-template <typename T, int N>
-__device__ __noinline__ Vec<T, N> exact_gelu_tanh_vec(const Vec<T, N> xv) {
+// GELU of a whole vector, computed (tanhf / erff): the rare path of the fast GELU-tanh (below)
+// and of the compact table (table_vec). Not inlined, so the N tanhf's / erff's registers do
+// not count against the calling kernel's (inlined into the fast form, it spilled 4-32 bytes
+// under act_kernel's 64; the table loop holds 40 at 3 x 512 threads). The bits of act_vec's
+// ungated form.
+template <typename T, GeluKind K, int N>
+__device__ __noinline__ Vec<T, N> computed_vec(const Vec<T, N> x) {
   float r[N];
 #pragma unroll
-  for (int k = 0; k < N; ++k) r[k] = gelu_f<GeluKind::kTanh>(to_float(xv.v[k]));
+  for (int k = 0; k < N; ++k) r[k] = gelu_f<K>(to_float(x.v[k]));
   return pack_from_float<T, N>(r);
 }
 
@@ -124,7 +127,7 @@ __device__ __forceinline__ Vec<T, N> gelu_tanh_fast_vec(const Vec<T, N>& xv) {
   }
   Vec<T, N> g = pack_from_float<T, N>(r);
   if (exact != 0) {
-    const Vec<T, N> e = exact_gelu_tanh_vec<T, N>(xv);
+    const Vec<T, N> e = computed_vec<T, GeluKind::kTanh, N>(xv);
 #pragma unroll
     for (int k = 0; k < N; ++k) {
       if (exact & (1u << k)) g.v[k] = e.v[k];
@@ -416,13 +419,6 @@ __global__ void build_gelu_table_kernel(uint16_t* table) {
     const T x = from_bits<T>(L::pattern(i));
     table[i] = bits_of(act<T, K, false>(x, x));
   }
-}
-
-// The compact table's rare path: a whole vector computed. Not inlined, so its registers
-// (tanhf / erff of 8 elements) do not count against the table loop's (40 at 3 x 512 threads).
-template <typename T, GeluKind K, int N>
-__device__ __noinline__ Vec<T, N> computed_vec(const Vec<T, N> x) {
-  return act_vec<T, N, K, false>(x, x);
 }
 
 // GELU of one vector from the table in shared memory.

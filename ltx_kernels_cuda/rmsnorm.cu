@@ -8,6 +8,7 @@
 // thread keeping up to kCached vectors of its row in registers, so x is read from memory
 // once; rows longer than tpr * kCached vectors re-read the remainder in the second pass.
 // Sum of squares in fp32, rounding points given by `mid` (see torch_binding.h).
+#include <algorithm>
 #include <type_traits>
 
 #include "../torch-ext/torch_binding.h"
@@ -213,10 +214,10 @@ constexpr int kDirectMinBlocks = C >= 4 ? 4 : 6;
 template <int C>
 constexpr int kDirectMinBlocks = C >= 4 ? 5 : 6;
 #endif
-// rms_norm_short_kernel's (R rows per thread): the old caps (at 5 blocks its bf16 R = 4
-// spilled 128-172 bytes on sm_90).
+// rms_norm_short_kernel's (R rows per thread): the direct kernel's caps, but at most 4 for
+// R = 4 (at 5 blocks its bf16 R = 4 spilled 128-172 bytes on sm_90).
 template <int R>
-constexpr int kShortMinBlocks = R >= 4 || kDirectMinBlocks<1> == 4 ? 4 : 6;
+constexpr int kShortMinBlocks = std::min(kDirectMinBlocks<R>, R >= 4 ? 4 : 6);
 
 // When the kernel reads the weight (kW). Late (kWLate): after the reduction, an L1 / L2 round
 // trip between the reduction and the first store of every row. Early (kWEarly): with x's
