@@ -1045,6 +1045,9 @@ def env_info(device):
     info = dict(date=_dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
                 torch=torch.__version__, cuda=torch.version.cuda, python=platform.python_version(),
                 host=platform.node())
+    # The kernels' A/B switches (read per call from the environment) change what "ours" is.
+    info["switches"] = " ".join(f"{k}={v}" for k, v in sorted(os.environ.items())
+                                if k.startswith("LTX_KERNELS_"))
     if device == "cuda":
         info["gpu"] = torch.cuda.get_device_name()
         try:
@@ -1071,7 +1074,8 @@ def render(meta, rows, summaries):
     L.append("")
     i = meta["info"]
     L.append(f"- GPU: {i['gpu']}, driver {i.get('driver', '—')}; torch {i['torch']} (CUDA {i['cuda']}), "
-             f"Python {i['python']}, triton {i.get('triton', '—')}; kernel {meta['kernel']}.")
+             f"Python {i['python']}, triton {i.get('triton', '—')}; kernel {meta['kernel']}"
+             + (f", with `{i['switches']}` set" if i.get("switches") else "") + ".")
     L.append(f"- Peers: {meta['liger']}; {meta['flashinfer']}; torch.compile: "
              f"{'dynamic=False, default mode' if meta['compile'] else 'not run'}.")
     L.append(f"- Command: `{meta['command']}`; {meta['date_full']}.")
