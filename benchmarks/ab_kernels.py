@@ -27,7 +27,8 @@ LTX_KERNELS_ADALN_KERNEL=row the AdaLN kernels other than adaln_direct_kernel;
 LTX_KERNELS_ADALN_C=2 / 4 forces adaln_direct_kernel's vectors per thread,
 LTX_KERNELS_ADALN_MOD=early / late / staged / staged-stream when and how it loads scale / shift
 (staged-stream: staged, x loaded without allocating in L1; the per-token default),
-LTX_KERNELS_ADALN_LN=two LayerNorm's statistics in two reductions instead of one;
+LTX_KERNELS_ADALN_LN=two LayerNorm's statistics in two reductions instead of one, =shift
+each thread's mean and M2 in one pass about its first element (adaln_direct_kernel; candidate);
 LTX_KERNELS_GELU_TABLE=0 computes GELU of 16-bit dtypes instead of reading a table,
 =full / =compact reads the full / compact one (defaults: bf16 compact, fp16 full; computed
 on GPUs of < 30 GB/s DRAM per SM, e.g. the H100),
@@ -132,6 +133,10 @@ VARIANTS = {
         "ours (C=2, modulation staged)": {"LTX_KERNELS_ADALN_C": "2", "LTX_KERNELS_ADALN_MOD": "staged"},
         # LayerNorm's mean and centred squares in two reductions (before 2026-12-06)
         "ours (LayerNorm two reductions)": {"LTX_KERNELS_ADALN_LN": "two"},
+        # candidate (2026-12-08): each thread's LayerNorm statistics in one pass about its
+        # first element, two-warp rows merged as one pair (~100 fewer instructions per
+        # thread and row of the bf16 D = 2048 kernel; SASS sm_90)
+        "ours (LayerNorm one pass)": {"LTX_KERNELS_ADALN_LN": "shift"},
         # staged, x loaded without allocating in L1 (per-token modulation's default since
         # 2026-12-06 08:00) / through L1 (broadcast modulation's default)
         "ours (staged, x no L1)": {"LTX_KERNELS_ADALN_MOD": "staged-stream"},

@@ -138,13 +138,51 @@ __device__ __forceinline__ float cached_sum(bool active, int lane, int tpr, int 
   return tree_sum(part);
 }
 
+// This thread's mean and M2 over its elements of a row (all its vectors i < C that lie in
+// the row, the same count n = 1 / inv_n in every thread: set_ln_merge's case), in one pass
+// about its own first element x0: d = x - x0, s = sum d, q = sum d^2 (one FMA chain per
+// vector), mean x0 + s / n, M2 q - s (s / n). Three operations per element against the
+// two passes' five or six (a tree of x, then x - mean, its square and a tree of those, each
+// pass converting x again). Stable like the two passes: x0 is one of the n values, so
+// |mean - x0| <= sqrt(n - 1) standard deviations of them and q - s^2 / n loses at most
+// log2(n) bits (5 at n = 32; the row's M2 is then merged as before). tools/ln_stats_model.py
+// models both forms in fp32 on the tests' offset / outlier rows: the same largest error
+// against float64, and 0.1% of the bf16 outputs one rounding apart at most.
+// An inactive group (x not loaded) returns zeros.
+template <int C, int N, class Elem>
+__device__ __forceinline__ MeanM2 shifted_mean_m2(bool active, int lane, int tpr, int nvec,
+                                                  float inv_n, Elem elem) {
+  const float x0 = elem(0, 0);
+  float s[C], q[C];
+#pragma unroll
+  for (int i = 0; i < C; ++i) {
+    s[i] = q[i] = 0.f;
+    if (lane + i * tpr < nvec) {
+#pragma unroll
+      for (int k = 0; k < N; ++k) {
+        const float d = elem(i, k) - x0;
+        s[i] += d;
+        q[i] = fmaf(d, d, q[i]);
+      }
+    }
+  }
+  const float sum = tree_sum(s);
+  const float dm = sum * inv_n;
+  // q - s^2 / n >= 0; a rounding below zero is clamped (it would shrink the row's M2)
+  const MeanM2 t{x0 + dm, fmaxf(fmaf(-sum, dm, tree_sum(q)), 0.f)};
+  return active ? t : MeanM2{0.f, 0.f};
+}
+
 // fp32 statistics of a row whose vectors i < C this thread holds (elem(i, k)): sets `mean`
 // (LayerNorm; 0 for RMSNorm) and returns 1 / sqrt(mean square, centred for LayerNorm, + eps).
 // Every thread of the block must call it (row_sum).
 // LayerNorm with per_thread > 0 (every thread holds per_thread elements of its row; the host
 // checks): each thread's own mean and centred squares, merged in one reduction
-// (row_mean_m2), instead of the row's mean and then its centred squares in two.
-template <int C, int N, bool kLayer, class Elem>
+// (row_mean_m2), instead of the row's mean and then its centred squares in two. kShift: each
+// thread's mean and M2 by shifted_mean_m2 (one pass) instead of two passes, and a row of two
+// warps merged as one pair (row_mean_m2's kPairWarps) (candidate, LTX_KERNELS_ADALN_LN=shift;
+// adaln_direct_kernel only).
+template <int C, int N, bool kLayer, bool kShift = false, class Elem>
 __device__ __forceinline__ float cached_row_inv(bool active, const RowGroup& rg, int nvec,
                                                 float inv_cols, float eps, RowScratch& scratch,
                                                 Elem elem, float& mean, float per_thread = 0.f,
@@ -152,6 +190,13 @@ __device__ __forceinline__ float cached_row_inv(bool active, const RowGroup& rg,
   mean = 0.f;
   if constexpr (kLayer) {
     if (per_thread > 0.f) {
+      if constexpr (kShift) {
+        const MeanM2 r = row_mean_m2<true>(
+            shifted_mean_m2<C, N>(active, rg.lane, rg.tpr, nvec, inv_per_thread, elem),
+            per_thread, rg, scratch);
+        mean = r.mean;
+        return rsqrtf(r.m2 * inv_cols + eps);
+      }
       // (the sum computed in each branch: hoisted above the branch, ptxas gave the fp16
       // staged LayerNorm kernel 64 registers instead of 60 on sm_90)
       const float s = cached_sum<C, N, false, false>(active, rg.lane, rg.tpr, nvec, 0.f, elem);
@@ -575,7 +620,8 @@ constexpr int kAdaDirectMinBlocks = C <= 2 ? 4 : kMod == kModEarly ? 2 : kAdaDir
 // lost on the H100 at every shape, 2026-12-07 22:07: [2, 8064, 2048] broadcast RMS 44.26 ->
 // 50.08 µs, LayerNorm 45.25 -> 50.46, per-token 84.29 -> 91.68, FLUX LayerNorm 22.08 -> 23.36
 // (its 8 late modulation round trips after the reduction, one per vector); deleted.
-template <typename T, bool kLayer, int kMod, int C>
+// kShift: LayerNorm's per-thread statistics in one pass (shifted_mean_m2; candidate).
+template <typename T, bool kLayer, int kMod, int C, bool kShift = false>
 __global__ void __launch_bounds__(kDirectBlock, kAdaDirectMinBlocks<kMod, C>)
     adaln_direct_kernel(AdaLnParams p) {
   constexpr int N = 16 / static_cast<int>(sizeof(T));
@@ -654,7 +700,7 @@ __global__ void __launch_bounds__(kDirectBlock, kAdaDirectMinBlocks<kMod, C>)
     }
 
     float mean;
-    const float inv = cached_row_inv<C, N, kLayer>(
+    const float inv = cached_row_inv<C, N, kLayer, kShift>(
         active, rg, nvec, p.inv_cols, p.eps, scratch,
         [&](int i, int k) { return to_float(xc[i].v[k]); }, mean, p.per_thread,
         p.inv_per_thread);
@@ -732,17 +778,28 @@ bool launch_adaln_direct(AdaLnParams p, int vec, int mod, bool per_token, int de
   p.tpr = pow2_ceil(ceil_div(nvec, c2 ? 2 : kDirectCached));
   set_ln_merge(p, vec, c2 ? 2 : kDirectCached);
   const int64_t groups = kDirectBlock / p.tpr;
-  auto go = [&](auto c) {
+  // LayerNorm's per-thread statistics in one pass (candidate, kShift): only where the merge
+  // form runs (every thread the same count).
+  const bool shift =
+      kLayer && p.per_thread > 0.f && ab_switch("LTX_KERNELS_ADALN_LN") == "shift";
+  auto go = [&](auto c, auto sh) {
     constexpr int C = decltype(c)::value;
+    constexpr bool kShift = decltype(sh)::value;
     auto run = [&](auto kernel) { launch_rows(kernel, p, kDirectBlock, groups, device, stream); };
     switch (mod) {
-      case kModEarly: run(adaln_direct_kernel<T, kLayer, kModEarly, C>); break;
-      case kModStaged: run(adaln_direct_kernel<T, kLayer, kModStaged, C>); break;
-      case kModStagedStream: run(adaln_direct_kernel<T, kLayer, kModStagedStream, C>); break;
-      default: run(adaln_direct_kernel<T, kLayer, kModLate, C>); break;
+      case kModEarly: run(adaln_direct_kernel<T, kLayer, kModEarly, C, kShift>); break;
+      case kModStaged: run(adaln_direct_kernel<T, kLayer, kModStaged, C, kShift>); break;
+      case kModStagedStream: run(adaln_direct_kernel<T, kLayer, kModStagedStream, C, kShift>); break;
+      default: run(adaln_direct_kernel<T, kLayer, kModLate, C, kShift>); break;
     }
   };
-  c2 ? go(std::integral_constant<int, 2>{}) : go(std::integral_constant<int, kDirectCached>{});
+  auto go_c = [&](auto c) {
+    if constexpr (kLayer) {
+      if (shift) return go(c, std::true_type{});
+    }
+    go(c, std::false_type{});
+  };
+  c2 ? go_c(std::integral_constant<int, 2>{}) : go_c(std::integral_constant<int, kDirectCached>{});
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return true;
 }

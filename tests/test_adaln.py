@@ -417,6 +417,14 @@ DIRECT_CHOICES = {
     # LayerNorm's mean and centred squares in two reductions (the default merges each
     # thread's mean and M2 in one where every thread holds as many elements: not at 5120)
     "ln_two": {"LTX_KERNELS_ADALN_LN": "two"},
+    # candidate: each thread's mean and M2 in one pass about its first element, two-warp
+    # rows merged as one pair (adaln.cu shifted_mean_m2, reduce.cuh row_mean_m2<true>); in
+    # the default forms and in the register forms at both vector counts
+    "ln_shift": {"LTX_KERNELS_ADALN_LN": "shift"},
+    "ln_shift_c2_early": {"LTX_KERNELS_ADALN_LN": "shift", "LTX_KERNELS_ADALN_C": "2",
+                          "LTX_KERNELS_ADALN_MOD": "early"},
+    "ln_shift_c4_late": {"LTX_KERNELS_ADALN_LN": "shift", "LTX_KERNELS_ADALN_C": "4",
+                         "LTX_KERNELS_ADALN_MOD": "late"},
 }
 
 
@@ -446,22 +454,26 @@ def test_direct_kernel_choices(monkeypatch, choice, shape, form, dtype):
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("merge", [True, False], ids=["one_reduction", "two_reductions"])
+@pytest.mark.parametrize("stats", ["one_reduction", "two_reductions", "shift"])
 @pytest.mark.parametrize("d", [2048, 3072, 4096, 8192])
 @pytest.mark.parametrize("dtype", [BF16, torch.float16])
-def test_layer_stats_offset_and_outlier(monkeypatch, device, merge, d, dtype):
+def test_layer_stats_offset_and_outlier(monkeypatch, device, stats, d, dtype):
     """LayerNorm's statistics where a naive sum-of-squares variance would cancel: rows whose
     mean is ~100 standard deviations (an offset), and rows with one massive channel (as LLM /
     DiT activations have), against float64 and eager; in one reduction (each thread's mean and
-    M2 merged, the default where threads hold equal counts) and in two (LTX_KERNELS_ADALN_LN=two)."""
-    if not merge:
-        monkeypatch.setenv("LTX_KERNELS_ADALN_LN", "two")
+    M2 merged, the default where threads hold equal counts), in two (LTX_KERNELS_ADALN_LN=two)
+    and with each thread's statistics in one pass about its first element (=shift, the
+    candidate; its worst case is that element being the massive one: channel 0)."""
+    if stats != "one_reduction":
+        monkeypatch.setenv("LTX_KERNELS_ADALN_LN", "two" if stats == "two_reductions" else "shift")
     g = torch.Generator(device="cpu").manual_seed(d)
     base = torch.randn(2, 300, d, generator=g)
     offset = base * 0.25 + 24.0  # mean ~96 sigma (the variance is ~1e-4 of the mean square)
     outlier = base.clone()
     outlier[..., 7] = 3000.0
-    for name, xf in (("offset", offset), ("outlier", outlier)):
+    outlier0 = base.clone()
+    outlier0[..., 0] = 3000.0
+    for name, xf in (("offset", offset), ("outlier", outlier), ("outlier0", outlier0)):
         x = xf.to(dtype).to(device)
         for form in ("btd", "b1d"):
             mod_shape = x.shape if form == "btd" else (2, 1, d)

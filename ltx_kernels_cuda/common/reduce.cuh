@@ -118,6 +118,11 @@ __device__ __forceinline__ MeanM2 merge_equal(MeanM2 a, MeanM2 b, float half_n) 
 // first, then the centred squares: two reductions, two barriers for tpr > 32). Stable like
 // Welford's: no sum of squares minus a squared sum. Every thread of the row gets the same
 // bits. Same calling rules as row_sum (every thread of the block, the same number of times).
+// kPairWarps (candidate, with adaln's LTX_KERNELS_ADALN_LN=shift): a row of two warps (tpr =
+// 64: LTX's D = 2048 in bf16 / fp16) merges them as one equal pair (merge_equal) instead of
+// through the loop below (its set-up, a MUFU.RCP and its checks: ~50 instructions against
+// ~12, SASS sm_90).
+template <bool kPairWarps = false>
 __device__ __forceinline__ MeanM2 row_mean_m2(MeanM2 v, float n, const RowGroup& g,
                                               RowScratch& scratch) {
   const int width = g.tpr >= 32 ? 32 : g.tpr;
@@ -145,6 +150,12 @@ __device__ __forceinline__ MeanM2 row_mean_m2(MeanM2 v, float n, const RowGroup&
   // constant fractions instead, ptxas hoisted the loads and took up to 25 more registers.
   const float nw = 32.f * n;
   MeanM2 acc{buf[g.first], buf[kMaxWarpsPerBlock + g.first]};
+  if constexpr (kPairWarps) {
+    if (g.tpr == 64) {
+      return merge_equal(acc, {buf[g.first + 1], buf[kMaxWarpsPerBlock + g.first + 1]},
+                         __fmul_rn(nw, 0.5f));
+    }
+  }
   for (int k = 1; k < (g.tpr >> 5); ++k) {
     const MeanM2 b{buf[g.first + k], buf[kMaxWarpsPerBlock + g.first + k]};
     const float w = __fdividef(1.0f, static_cast<float>(k + 1));
