@@ -147,7 +147,7 @@ __device__ __forceinline__ float cached_sum(bool active, int lane, int tpr, int 
 // |mean - x0| <= sqrt(n - 1) standard deviations of them and q - s^2 / n loses at most
 // log2(n) bits (5 at n = 32; the row's M2 is then merged as before). tools/ln_stats_model.py
 // models both forms in fp32 on the tests' offset / outlier rows: the same largest error
-// against float64, and 0.1% of the bf16 outputs one rounding apart at most.
+// against float64; at most 0.1% of bf16 outputs (0.5% of fp16) one rounding apart.
 // An inactive group (x not loaded) returns zeros.
 template <int C, int N, class Elem>
 __device__ __forceinline__ MeanM2 shifted_mean_m2(bool active, int lane, int tpr, int nvec,

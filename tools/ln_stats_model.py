@@ -7,11 +7,13 @@ a 3000.0 channel at 7 and at 0: the worst case of the shift form) and LTX's widt
          d = x - x0), thread mean x0 + s/n and M2 q - s*(s/n); the same butterfly (a row
          of two warps: the warps as one equal pair); the same finish.
 Criterion: the GPU tests' (tests/test_adaln.py assert_near_ref64): |y - f64| in units of
-u * mag, mag = (|x| + mean|x|) * rstd, u = 2^-8 (bf16). Also how many bf16 outputs of the
+u * mag, mag = (|x| + mean|x|) * rstd, u = 2^-8 (bf16) or 2^-11 (fp16). Also how many 16-bit outputs of the
 two forms differ (the tests allow 2% of elements to differ from eager, by 2 ulps of mag).
 rsqrt is modelled exact and 1/(k+1) (MUFU.RCP) too; CPU eager is not a reference here (its
 bf16 layer_norm cancels on offset rows).
-  .venv/bin/python tools/ln_stats_model.py   (a few seconds)"""
+  .venv/bin/python tools/ln_stats_model.py [--dtype bf16|fp16]   (a few seconds)"""
+import argparse
+
 import numpy as np
 import torch
 f32 = np.float32
@@ -79,14 +81,17 @@ def stats(x, tpr, C, N, form):
         mm, qq = mm[:, 0], qq[:, 0]
     return mm, qq
 
-def normed(x, tpr, C, N, form, eps=1e-6):
+def normed(x, tpr, C, N, form, dtype, eps=1e-6):
     D = x.shape[1]
     mean, m2 = stats(x, tpr, C, N, form)
     inv = (1.0 / np.sqrt(((m2 * f32(1.0 / D)).astype(f32) + f32(eps)).astype(np.float64))).astype(f32)
     y = ((x - mean[:, None]).astype(f32) * inv[:, None]).astype(f32)  # two roundings, as the kernel
-    return torch.from_numpy(y).to(torch.bfloat16)
+    return torch.from_numpy(y).to(dtype)
 
 def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--dtype", choices=("bf16", "fp16"), default="bf16")
+    dtype, u = {"bf16": (torch.bfloat16, 2.0 ** -8), "fp16": (torch.float16, 2.0 ** -11)}[ap.parse_args().dtype]
     g = torch.Generator().manual_seed(0)
     total = {}
     for d in (2048, 3072, 4096, 8192):
@@ -102,16 +107,15 @@ def main():
         outlier0 = base.clone(); outlier0[:, 0] = 3000.0   # the shift element itself
         big = base * 40 + 3
         for name, xf in (("randn", base), ("offset", offset), ("outlier7", outlier), ("outlier0", outlier0), ("x40+3", big)):
-            xb = xf.to(torch.bfloat16)
+            xb = xf.to(dtype)
             x64 = xb.double()
             xn = xb.float().numpy()
             line = []
             r64 = (x64 - x64.mean(-1, keepdim=True)) / torch.sqrt(x64.var(-1, unbiased=False, keepdim=True) + 1e-6)
             mag = (x64.abs() + x64.abs().mean(-1, keepdim=True)) / torch.sqrt(x64.var(-1, unbiased=False, keepdim=True) + 1e-6)
-            u = 2.0 ** -8
             ys = {}
             for form in ("merge", "shift"):
-                y = normed(xn, tpr, C, N, form)
+                y = normed(xn, tpr, C, N, form, dtype)
                 ys[form] = y
                 k = float(((y.double() - r64).abs() / (u * mag)).max())
                 line.append(f"{form}: err/(u mag) max {k:.3f}")
