@@ -146,6 +146,14 @@ def explained_by_reduction_order(out, x, w, eps, semantics, max_steps=8):
     return bool(ok.all())
 
 
+def subnormal_weight_scale(w, mid):
+    """How far the weight multiplies a subnormal `mid` intermediate's rounding: max |w| (at
+    least 1), the atol_scale of assert_near_exact. (fp16 x, bf16 weight, Llama: x / rms =
+    -2.7e-6 times w = 2.28 erred 6.7e-8 against the 6.0e-8 spacing; CI, LTX_TEST_SEED=
+    137482145, 2026-12-08.)"""
+    return max(1.0, float(w.abs().max())) if mid is not None and w is not None else 1.0
+
+
 def assert_matches_module(out, expected, mid, what, chain=None):
     """Equal to the module up to the fp32 reduction order.
 
@@ -162,8 +170,7 @@ def assert_matches_module(out, expected, mid, what, chain=None):
     if out.dtype == torch.float32:
         rel = 1e-5 + (4 * unit_roundoff(mid) if mid is not None else 0.0)
         # a flip of a subnormal intermediate is one of its spacings times the weight
-        w = chain[1] if chain is not None else None
-        scale = max(1.0, float(w.abs().max())) if mid is not None and w is not None else 1.0
+        scale = subnormal_weight_scale(chain[1] if chain is not None else None, mid)
         assert_near_exact(out, expected.double(), rel, what, atol_dtype=mid, atol_scale=scale)
         return
     if chain is not None and explained_by_reduction_order(out, *chain):
@@ -199,11 +206,8 @@ def test_matches_module(device, d, x_dtype, semantics, w_dtype):
     once = round_once(x, w, eps, out.dtype)
     if out.dtype == torch.float32:
         rel = 1e-5 + (2 * unit_roundoff(mid) if mid is not None else 0.0)
-        # A subnormal intermediate errs by up to half its spacing, then the weight scales
-        # that: |w| times it (fp16 x, bf16 weight, Llama: x / rms = -2.7e-6 times w = 2.28
-        # erred 6.7e-8 against the 6.0e-8 spacing; CI, LTX_TEST_SEED=137482145, 2026-12-08).
-        scale = max(1.0, float(w.abs().max())) if mid is not None else 1.0
-        assert_near_exact(out, once.double(), rel, "vs round-once", atol_dtype=mid, atol_scale=scale)
+        assert_near_exact(out, once.double(), rel, "vs round-once", atol_dtype=mid,
+                          atol_scale=subnormal_weight_scale(w, mid))
     else:
         assert_ulp(out, once, max_ulp=1 if mid is None else 2, what="vs round-once")
 
