@@ -665,8 +665,10 @@ void launch(ActParams p, int64_t rows, int64_t cols, int vec, const at::Tensor& 
   TORCH_CHECK(p.tail == 0 || rows == 1, "ltx_kernels.", op, ": internal error: tail on ", rows,
               " rows");
   // Candidate (LTX_KERNELS_GELU_FAST=1, read per call: an A/B switch): 16-bit GELU-tanh and
-  // GEGLU-tanh on 16-byte vectors by gelu_tanh_fast_vec in act_kernel, no table.
-  const bool fast = kind == GeluKind::kTanh && ab_switch("LTX_KERNELS_GELU_FAST") == "1";
+  // GEGLU-tanh on 16-byte vectors by gelu_tanh_fast_vec in act_kernel, no table. (Decided here
+  // for the calls it takes, so the others keep their table path.)
+  const bool fast = kind == GeluKind::kTanh && like.element_size() == 2 && vec == 8 &&
+                    ab_switch("LTX_KERNELS_GELU_FAST") == "1";
   // 16-bit dtypes, large calls: a lookup-table kernel where it runs (launch_act_table).
   bool done = false;
   if (!fast) {
